@@ -11,16 +11,18 @@ func Quote(s string) string {
 	if s != "" && strings.IndexFunc(s, needsQuote) < 0 {
 		return s
 	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'"
 }
 
+// needsQuote uses the OpenShell gateway's safe set, so that a command
+// string ferry builds is the one the gateway would build. "=" is outside
+// it: an unquoted first word "A=b" would be an assignment.
 func needsQuote(r rune) bool {
 	switch {
 	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
 		return false
 	}
-	// "=" is left out: an unquoted first word "A=b" would be an assignment.
-	return !strings.ContainsRune("-_./:@%+,", r)
+	return !strings.ContainsRune("-_./", r)
 }
 
 // ShellCommand assembles the string an OpenShell gateway hands to

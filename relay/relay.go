@@ -117,8 +117,12 @@ func (cmd *Command) Validate() error {
 		if len(v) > MaxEnvValueLen {
 			return fmt.Errorf("%w: environment value of %s is %d bytes, at most %d", ErrInvalid, k, len(v), MaxEnvValueLen)
 		}
-		if strings.ContainsAny(v, "\x00") {
-			return fmt.Errorf("%w: environment value of %s contains NUL", ErrInvalid, k)
+		if strings.ContainsAny(v, "\x00\n\r") {
+			return fmt.Errorf("%w: environment value of %s contains NUL, newline or carriage return", ErrInvalid, k)
+		}
+		if strings.HasPrefix(k, "OPENSHELL_") {
+			// Reserved by the gateway for its own use.
+			return fmt.Errorf("%w: environment key %s: OPENSHELL_ keys are reserved", ErrInvalid, k)
 		}
 	}
 	if len(cmd.Workdir) > MaxWorkdirLen {

@@ -1,0 +1,346 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ferry-dev/ferry/relay"
+)
+
+// Config says how to start processes. The zero value runs argv directly in
+// the current directory with this process's environment.
+type Config struct {
+	// Dir is the workspace root: where a command without Workdir starts and
+	// what a relative Workdir is relative to. Empty is the current directory.
+	Dir string
+	// Env, when non-nil, replaces this process's environment as the base
+	// that Command.Env is added to. An empty non-nil slice clears it.
+	Env []string
+	// Shell, when set, runs every command as Shell + [one string], the
+	// string built by relay.ShellCommand (`cd W && K=v argv...`), started in
+	// Dir: how an OpenShell gateway runs exec (["/bin/bash", "-lc"]).
+	Shell []string
+	// KilledExitCode is reported for a process killed by a signal. Zero
+	// means 128+signal, as shells report it.
+	KilledExitCode int
+	// OutputGrace bounds how long Exec waits, after the process has exited,
+	// for its output pipes to close (a background child may hold them).
+	// Past it the process group is killed. Default 1s.
+	OutputGrace time.Duration
+	// CutAfter is a fault-injection hook for tests: when positive, the
+	// channel breaks once that many bytes of output have been delivered, as
+	// a relay dropping mid-stream would, and Exec returns relay.ErrRelayLost.
+	CutAfter int64
+}
+
+// Runner runs processes on this machine.
+type Runner struct {
+	cfg Config
+}
+
+var _ relay.Execer = (*Runner)(nil)
+
+// New returns a Runner for cfg.
+func New(cfg Config) (*Runner, error) {
+	if cfg.OutputGrace == 0 {
+		cfg.OutputGrace = time.Second
+	}
+	if cfg.OutputGrace < 0 {
+		return nil, errors.New("local: negative OutputGrace")
+	}
+	if cfg.Dir != "" {
+		abs, err := filepath.Abs(cfg.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("resolve dir: %w", err)
+		}
+		cfg.Dir = abs
+	}
+	return &Runner{cfg: cfg}, nil
+}
+
+// errCut is what the fault hook's writer fails with.
+var errCut = errors.New("local: output cut by fault hook")
+
+const chunk = 32 << 10
+
+// Exec implements relay.Execer. The process is the leader of its own
+// process group, and cancellation, a timeout or a failed output writer
+// kill the whole group.
+func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
+	if err := cmd.Validate(); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	c, err := r.command(cmd)
+	if err != nil {
+		return 0, err
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return 0, fmt.Errorf("create stdin pipe: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW)
+		return 0, fmt.Errorf("create stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW, outR, outW)
+		return 0, fmt.Errorf("create stderr pipe: %w", err)
+	}
+	c.Stdin, c.Stdout, c.Stderr = inR, outW, errW
+	setGroup(c)
+	if err := c.Start(); err != nil {
+		closeAll(inR, inW, outR, outW, errR, errW)
+		// A shell reports a program it cannot run as 127 or 126 on the
+		// child's stderr; do the same so that direct and shell mode agree.
+		if code, ok := startFailureCode(err); ok {
+			fmt.Fprintf(orDiscard(cmd.Stderr), "%s: %v\n", cmd.Argv[0], err)
+			return code, nil
+		}
+		return 0, fmt.Errorf("start %s: %w", cmd.Argv[0], err)
+	}
+	// The child holds its own copies now; ours would keep EOF from coming.
+	closeAll(inR, outW, errW)
+	pid := c.Process.Pid
+
+	// The stdin pump is not waited for: it may be blocked in the caller's
+	// Read, which nothing can interrupt. Closing inW makes its next write
+	// fail, so it ends as soon as that Read returns.
+	go pump(cmd.Stdin, inW)
+
+	var cut *cutter
+	stdout, stderr := orDiscard(cmd.Stdout), orDiscard(cmd.Stderr)
+	if r.cfg.CutAfter > 0 {
+		cut = &cutter{left: r.cfg.CutAfter}
+		stdout = &cutWriter{c: cut, w: stdout}
+		stderr = &cutWriter{c: cut, w: stderr}
+	}
+	var wg sync.WaitGroup
+	copyErr := make(chan error, 2)
+	for _, p := range []struct {
+		w io.Writer
+		r *os.File
+	}{{stdout, outR}, {stderr, errR}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := copyOut(p.w, p.r); err != nil {
+				copyErr <- err
+			}
+		}()
+	}
+	outputDone := make(chan struct{})
+	go func() { wg.Wait(); close(outputDone) }()
+
+	exited := make(chan error, 1)
+	go func() { exited <- c.Wait() }()
+
+	var timeout <-chan time.Time
+	if cmd.Timeout > 0 {
+		t := time.NewTimer(cmd.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+
+	// finish kills the group, waits for the process and the copiers, and
+	// returns; it is every early path's way out.
+	finish := func() {
+		killGroup(pid)
+		<-exited
+		inW.Close()
+		closeAll(outR, errR)
+		<-outputDone
+	}
+
+	var waitErr error
+	select {
+	case <-ctx.Done():
+		finish()
+		return 0, ctx.Err()
+	case <-timeout:
+		finish()
+		return relay.ExitTimeout, nil
+	case err := <-copyErr:
+		finish()
+		if errors.Is(err, errCut) {
+			return 0, fmt.Errorf("exec %s: %w", cmd.Argv[0], relay.ErrRelayLost)
+		}
+		return 0, fmt.Errorf("exec %s: %w", cmd.Argv[0], err)
+	case waitErr = <-exited:
+	}
+	inW.Close()
+	grace := time.NewTimer(r.cfg.OutputGrace)
+	defer grace.Stop()
+	select {
+	case <-outputDone:
+	case <-grace.C:
+		killGroup(pid)
+		closeAll(outR, errR)
+		<-outputDone
+	case <-ctx.Done():
+		killGroup(pid)
+		closeAll(outR, errR)
+		<-outputDone
+		return 0, ctx.Err()
+	}
+	closeAll(outR, errR)
+	select {
+	case err := <-copyErr:
+		if errors.Is(err, errCut) {
+			return 0, fmt.Errorf("exec %s: %w", cmd.Argv[0], relay.ErrRelayLost)
+		}
+		return 0, fmt.Errorf("exec %s: %w", cmd.Argv[0], err)
+	default:
+	}
+	return r.exitCode(c.ProcessState, waitErr)
+}
+
+func (r *Runner) exitCode(ps *os.ProcessState, waitErr error) (int, error) {
+	if ps == nil {
+		return 0, fmt.Errorf("wait: %w", waitErr)
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		if r.cfg.KilledExitCode != 0 {
+			return r.cfg.KilledExitCode, nil
+		}
+		return 128 + int(ws.Signal()), nil
+	}
+	return ps.ExitCode(), nil
+}
+
+func (r *Runner) command(cmd *relay.Command) (*exec.Cmd, error) {
+	env := r.cfg.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	env = append([]string(nil), env...)
+	if len(r.cfg.Shell) > 0 {
+		s := relay.ShellCommand(cmd.Workdir, cmd.Env, cmd.Argv)
+		if len(s) > relay.MaxCommandLen {
+			return nil, fmt.Errorf("%w: assembled command is %d bytes, at most %d", relay.ErrInvalid, len(s), relay.MaxCommandLen)
+		}
+		argv := append(append([]string(nil), r.cfg.Shell...), s)
+		c := exec.Command(argv[0], argv[1:]...)
+		c.Dir, c.Env = r.cfg.Dir, env
+		return c, nil
+	}
+	for k, v := range cmd.Env {
+		env = append(env, k+"="+v)
+	}
+	c := exec.Command(cmd.Argv[0], cmd.Argv[1:]...)
+	if errors.Is(c.Err, exec.ErrDot) {
+		c.Err = nil
+	}
+	c.Dir, c.Env = r.cfg.Dir, env
+	if cmd.Workdir != "" {
+		if filepath.IsAbs(cmd.Workdir) {
+			c.Dir = cmd.Workdir
+		} else {
+			c.Dir = filepath.Join(r.cfg.Dir, cmd.Workdir)
+		}
+	}
+	return c, nil
+}
+
+func startFailureCode(err error) (int, bool) {
+	var pe *os.PathError
+	switch {
+	case errors.As(err, &pe) && pe.Op == "chdir":
+		return 1, true
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
+		return 127, true
+	case errors.Is(err, os.ErrPermission), errors.Is(err, syscall.ENOEXEC):
+		return 126, true
+	}
+	return 0, false
+}
+
+func pump(src io.Reader, dst *os.File) {
+	defer dst.Close()
+	if src == nil {
+		return
+	}
+	buf := make([]byte, chunk)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// copyOut copies until EOF. A failed write is returned; a failed read is
+// the pipe being closed under it, which is EOF to us.
+func copyOut(w io.Writer, r *os.File) error {
+	buf := make([]byte, chunk)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if err != nil {
+			return nil
+		}
+	}
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+type cutter struct {
+	mu   sync.Mutex
+	left int64
+}
+
+type cutWriter struct {
+	c *cutter
+	w io.Writer
+}
+
+func (cw *cutWriter) Write(p []byte) (int, error) {
+	cw.c.mu.Lock()
+	n := int64(len(p))
+	if n > cw.c.left {
+		n = cw.c.left
+	}
+	cw.c.left -= n
+	cw.c.mu.Unlock()
+	if n > 0 {
+		if _, err := cw.w.Write(p[:n]); err != nil {
+			return 0, err
+		}
+	}
+	if n < int64(len(p)) {
+		return int(n), errCut
+	}
+	return len(p), nil
+}
