@@ -30,6 +30,12 @@ type Harness struct {
 	// BigSize is the size of the byte-exact stdin→stdout test; 0 means
 	// 256 MiB.
 	BigSize int64
+	// MaxStdin, when positive, says the implementation takes stdin whole in
+	// one message of at most this many bytes (OpenShell's one-shot exec):
+	// the suite keeps stdin under it, checks that twice as much is refused
+	// with relay.ErrStdinTooLarge, and leaves out the tests that need streamed
+	// stdin (no read-ahead, a stdin that never closes).
+	MaxStdin int64
 	// KilledExit, when non-zero, is the exact exit code the implementation
 	// reports for a child killed by SIGKILL; 0 only asks for non-zero.
 	KilledExit int
@@ -60,8 +66,20 @@ func Run(t *testing.T, h Harness) {
 		{"Concurrent8", testConcurrent},
 		{"BigStream", testBig},
 	}
+	if h.MaxStdin > 0 {
+		tests = append(tests, struct {
+			name string
+			fn   func(t *testing.T, x relay.Execer, box string, h Harness)
+		}{"StdinTooLarge", testTooLarge})
+	}
+	streamedOnly := map[string]bool{"NoStdinReadAhead": true, "StdinNotReadAheadOfConsumer": true}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, x, box, h) })
+		t.Run(tc.name, func(t *testing.T) {
+			if h.MaxStdin > 0 && streamedOnly[tc.name] {
+				t.Skip("one-shot stdin is read whole before the call by design")
+			}
+			tc.fn(t, x, box, h)
+		})
 	}
 	t.Run("RelayCut", func(t *testing.T) {
 		if h.Cut == nil {
@@ -303,12 +321,16 @@ func (zeros) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func testCancel(t *testing.T, x relay.Execer, box string, _ Harness) {
+func testCancel(t *testing.T, x relay.Execer, box string, h Harness) {
 	marker := "ferry-" + token(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pr, pw := io.Pipe()
-	t.Cleanup(func() { pw.Close() })
+	var stdin io.Reader
+	if h.MaxStdin == 0 {
+		pr, pw := io.Pipe()
+		t.Cleanup(func() { pw.Close() })
+		stdin = pr
+	}
 	ready := make(chan struct{})
 	out := &signalWriter{want: "ready", ch: ready}
 	done := make(chan result, 1)
@@ -317,7 +339,7 @@ func testCancel(t *testing.T, x relay.Execer, box string, _ Harness) {
 			Sandbox: box,
 			Argv:    []string{"sh", "-c", "sleep 600 & sleep 600 & echo ready; wait"},
 			Env:     map[string]string{"FERRY_MARKER": marker},
-			Stdin:   pr,
+			Stdin:   stdin,
 			Stdout:  out,
 		})
 	}()
@@ -361,15 +383,19 @@ func testTimeout(t *testing.T, x relay.Execer, box string, _ Harness) {
 	WaitNoMarked(t, marker, 10*time.Second)
 }
 
-func testConcurrent(t *testing.T, x relay.Execer, box string, _ Harness) {
+func testConcurrent(t *testing.T, x relay.Execer, box string, h Harness) {
 	const n = 8
+	size := 1 << 20
+	if h.MaxStdin > 0 {
+		size = int(h.MaxStdin) - n
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			in := bytes.Repeat([]byte{byte(i)}, 1<<20+i)
+			in := bytes.Repeat([]byte{byte(i)}, size+i)
 			r := run(ctxFor(t, 2*time.Minute), x, &relay.Command{Sandbox: box, Argv: []string{"sh", "-c", "cat; exit $0", strconv.Itoa(i)}, Stdin: bytes.NewReader(in)})
 			if r.err != nil || r.code != i || !bytes.Equal(r.stdout, in) {
 				errs <- fmt.Errorf("exec %d: code=%d err=%v got %d bytes want %d", i, r.code, r.err, len(r.stdout), len(in))
@@ -387,6 +413,9 @@ func testBig(t *testing.T, x relay.Execer, box string, h Harness) {
 	size := h.BigSize
 	if size == 0 {
 		size = 256 << 20
+	}
+	if h.MaxStdin > 0 && size > h.MaxStdin {
+		size = h.MaxStdin
 	}
 	src := io.LimitReader(NewPattern(1), size)
 	want := sha256.New()
@@ -406,17 +435,29 @@ func testBig(t *testing.T, x relay.Execer, box string, h Harness) {
 	}
 }
 
+func testTooLarge(t *testing.T, x relay.Execer, box string, h Harness) {
+	r := run(ctxFor(t, time.Minute), x, &relay.Command{Sandbox: box, Argv: []string{"cat"}, Stdin: io.LimitReader(zeros{}, 2*h.MaxStdin)})
+	if !errors.Is(r.err, relay.ErrStdinTooLarge) {
+		t.Fatalf("%d bytes of one-shot stdin: code=%d err=%v, want relay.ErrStdinTooLarge", 2*h.MaxStdin, r.code, r.err)
+	}
+}
+
 func testCut(t *testing.T, h Harness) {
 	x, box := h.Cut(t, 1<<20)
+	in := int64(16 << 20)
+	if h.MaxStdin > 0 {
+		// One-shot: the output is what crosses the cut.
+		in = h.MaxStdin
+	}
 	var n countWriter
 	r := run(ctxFor(t, 2*time.Minute), x, &relay.Command{
 		Sandbox: box,
 		Argv:    []string{"cat"},
-		Stdin:   io.LimitReader(NewPattern(2), 16<<20),
+		Stdin:   io.LimitReader(NewPattern(2), in),
 		Stdout:  &n,
 	})
 	if r.err == nil {
-		t.Fatalf("a relay cut after 1 MiB of 16 MiB returned success: code=%d, %d bytes", r.code, n)
+		t.Fatalf("a relay cut after 1 MiB of %d bytes returned success: code=%d, %d bytes", in, r.code, n)
 	}
 	if !errors.Is(r.err, relay.ErrRelayLost) {
 		t.Fatalf("cut relay: err=%v, want one wrapping relay.ErrRelayLost", r.err)

@@ -1,0 +1,55 @@
+package gateway_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/relay/gateway"
+	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
+	"github.com/ferry-dev/ferry/relay/openshell"
+	"github.com/ferry-dev/ferry/relay/relaytest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestConformance runs the relay suite through ferry's OpenShell client
+// against the embedded gateway: over mTLS with the streaming RPC, and with
+// the streaming RPC switched off so that the client falls back to one-shot
+// ExecSandbox.
+func TestConformance(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		oneShot bool
+		plain   bool
+	}{
+		{"InteractiveTLS", false, false},
+		{"OneShotTLS", true, false},
+		{"InteractivePlaintext", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := func(t *testing.T, cut int64) (relay.Execer, string) {
+				g := gatewaytest.Start(t, gatewaytest.Options{
+					Plaintext: tc.plain,
+					Config:    gateway.Config{DisableInteractive: tc.oneShot, CutAfter: cut},
+				})
+				c := g.Client(t, openshell.Config{})
+				g.Sandbox(t, c, "box")
+				return c, "box"
+			}
+			h := relaytest.Harness{
+				New:        func(t *testing.T) (relay.Execer, string) { return start(t, 0) },
+				Cut:        start,
+				KilledExit: 1,
+			}
+			if tc.oneShot {
+				h.MaxStdin = 900 << 10
+			}
+			if tc.plain {
+				h.BigSize = 32 << 20
+			}
+			relaytest.Run(t, h)
+		})
+	}
+}

@@ -1,0 +1,16 @@
+// Package gateway is ferry's embedded OpenShell-compatible gateway: the
+// openshell.v1.OpenShell gRPC service over sandboxes that are plain
+// directories on this machine.
+//
+// Limitations first: it isolates nothing. Commands run as the gateway's own
+// user with the gateway's view of the filesystem; a "sandbox" is only a
+// working directory and a HOME. It exists so that ferry (and any OpenShell
+// client) can be tested and demonstrated end to end without a cluster, and
+// so it copies the real gateway's behaviour where a client can observe it:
+// `/bin/bash -lc` with `cd <workdir> && K=v args...`, a cleared environment,
+// the message, argument and environment limits, exit code 124 on timeout,
+// exit code 1 for a signal-killed child, UNAVAILABLE when the relay drops,
+// NOT_FOUND and FAILED_PRECONDITION for unknown and unready sandboxes.
+// Where upstream leaves processes behind (timeout, a vanished client) this
+// gateway kills the whole process group.
+package gateway

@@ -1,0 +1,289 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
+	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/relay/local"
+)
+
+// errRelayClosed is upstream's wording for a relay that dropped before the
+// command's exit status: clients see it as UNAVAILABLE.
+var errRelayClosed = status.Error(codes.Unavailable, "exec relay closed before the command reported an exit status")
+
+var (
+	errCut     = errors.New("gateway: stream cut by fault hook")
+	errDeleted = errors.New("gateway: sandbox deleted")
+)
+
+type eventSender interface {
+	Send(*openshellv1.ExecSandboxEvent) error
+	Context() context.Context
+}
+
+func (s *Server) ExecSandbox(req *openshellv1.ExecSandboxRequest, stream grpc.ServerStreamingServer[openshellv1.ExecSandboxEvent]) error {
+	return s.exec(stream, req, bytes.NewReader(req.GetStdin()))
+}
+
+func (s *Server) ExecSandboxInteractive(stream grpc.BidiStreamingServer[openshellv1.ExecSandboxInput, openshellv1.ExecSandboxEvent]) error {
+	if s.cfg.DisableInteractive {
+		return status.Error(codes.Unimplemented, "method ExecSandboxInteractive not implemented")
+	}
+	first, err := stream.Recv()
+	if errors.Is(err, io.EOF) {
+		return status.Error(codes.InvalidArgument, "first message must be start")
+	}
+	if err != nil {
+		return err
+	}
+	req := first.GetStart()
+	if req == nil {
+		return status.Error(codes.InvalidArgument, "first message must be start")
+	}
+	// Headers go out before any output so a client knows the method exists
+	// before it streams stdin it could not take back.
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	pr, pw := io.Pipe()
+	defer pr.CloseWithError(io.ErrClosedPipe)
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		for {
+			in, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				pw.Close()
+				return
+			}
+			if err != nil {
+				// The client is gone: nobody will read the output.
+				pw.CloseWithError(err)
+				cancel(err)
+				return
+			}
+			switch p := in.GetPayload().(type) {
+			case *openshellv1.ExecSandboxInput_Stdin:
+				if _, err := pw.Write(p.Stdin); err != nil {
+					return
+				}
+			case *openshellv1.ExecSandboxInput_Resize:
+				// No terminal, nothing to resize.
+			case *openshellv1.ExecSandboxInput_Start:
+				err := status.Error(codes.InvalidArgument, "start may only be sent once")
+				pw.CloseWithError(err)
+				cancel(err)
+				return
+			}
+		}
+	}()
+	var stdin io.Reader = pr
+	if len(req.GetStdin()) > 0 {
+		stdin = io.MultiReader(bytes.NewReader(req.GetStdin()), pr)
+	}
+	err = s.exec(&ctxSender{ctx: ctx, s: stream}, req, stdin)
+	if cause := context.Cause(ctx); cause != nil && status.Code(cause) == codes.InvalidArgument {
+		err = cause
+	}
+	return err
+}
+
+type ctxSender struct {
+	ctx context.Context
+	s   interface {
+		Send(*openshellv1.ExecSandboxEvent) error
+	}
+}
+
+func (c *ctxSender) Send(e *openshellv1.ExecSandboxEvent) error { return c.s.Send(e) }
+func (c *ctxSender) Context() context.Context                    { return c.ctx }
+
+// exec runs one request in its sandbox and streams the result; the
+// returned error is the RPC's status.
+func (s *Server) exec(stream eventSender, req *openshellv1.ExecSandboxRequest, stdin io.Reader) error {
+	start := time.Now()
+	cmd, err := s.command(req)
+	if err != nil {
+		return err
+	}
+	sb, ok := s.reg.lookup(req.GetSandboxId())
+	if !ok {
+		return status.Error(codes.NotFound, "sandbox not found")
+	}
+	pb, _, _ := s.reg.snapshot(sb)
+	if pb.GetStatus().GetPhase() != openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
+		return status.Error(codes.FailedPrecondition, "sandbox is not ready")
+	}
+
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	untrack, ok := s.reg.track(req.GetSandboxId(), func() { cancel(errDeleted) })
+	if !ok {
+		return status.Error(codes.NotFound, "sandbox not found")
+	}
+	defer untrack()
+
+	runner, err := local.New(local.Config{
+		Dir:            sb.dir,
+		Env:            s.environ(sb.dir, pb),
+		Shell:          s.cfg.Shell,
+		KilledExitCode: 1,
+	})
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	var mu sync.Mutex
+	send := func(e *openshellv1.ExecSandboxEvent) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return stream.Send(e)
+	}
+	fault := &cutter{left: s.cfg.CutAfter, on: s.cfg.CutAfter > 0, cancel: cancel}
+	cmd.Stdin = &faultReader{r: stdin, c: fault}
+	cmd.Stdout = &eventWriter{c: fault, send: send, wrap: func(b []byte) *openshellv1.ExecSandboxEvent {
+		return &openshellv1.ExecSandboxEvent{Payload: &openshellv1.ExecSandboxEvent_Stdout{Stdout: &openshellv1.ExecSandboxStdout{Data: b}}}
+	}}
+	cmd.Stderr = &eventWriter{c: fault, send: send, wrap: func(b []byte) *openshellv1.ExecSandboxEvent {
+		return &openshellv1.ExecSandboxEvent{Payload: &openshellv1.ExecSandboxEvent_Stderr{Stderr: &openshellv1.ExecSandboxStderr{Data: b}}}
+	}}
+
+	code, err := runner.Exec(ctx, cmd)
+	log := s.cfg.Logger.With("sandbox", pb.GetMetadata().GetName(), "seconds", time.Since(start).Seconds())
+	if err != nil {
+		cause := context.Cause(ctx)
+		switch {
+		case errors.Is(cause, errCut), errors.Is(err, errCut):
+			log.Info("exec cut by fault hook")
+			return errRelayClosed
+		case errors.Is(cause, errDeleted):
+			log.Info("exec stopped: sandbox deleted")
+			return errRelayClosed
+		case stream.Context().Err() != nil:
+			log.Info("exec stopped: client gone")
+			return status.FromContextError(stream.Context().Err()).Err()
+		case cause != nil && status.Code(cause) != codes.Unknown:
+			return cause
+		}
+		log.Warn("exec failed", "err", err)
+		return status.Error(codes.Internal, err.Error())
+	}
+	log.Debug("exec done", "exit_code", code)
+	return send(&openshellv1.ExecSandboxEvent{Payload: &openshellv1.ExecSandboxEvent_Exit{Exit: &openshellv1.ExecSandboxExit{ExitCode: int32(code)}}})
+}
+
+// command checks a request against the gateway's limits, in upstream's
+// order where a client could tell the difference.
+func (s *Server) command(req *openshellv1.ExecSandboxRequest) (*relay.Command, error) {
+	if req.GetSandboxId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "sandbox_id is required")
+	}
+	if len(req.GetCommand()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "command is required")
+	}
+	if req.GetTty() {
+		return nil, status.Error(codes.InvalidArgument, "tty is not supported by the embedded gateway")
+	}
+	cmd := &relay.Command{
+		Argv:    req.GetCommand(),
+		Workdir: req.GetWorkdir(),
+		Env:     req.GetEnvironment(),
+		Timeout: time.Duration(req.GetTimeoutSeconds()) * time.Second,
+	}
+	if err := cmd.Validate(); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if n := len(relay.ShellCommand(cmd.Workdir, cmd.Env, cmd.Argv)); n > relay.MaxCommandLen {
+		return nil, status.Errorf(codes.InvalidArgument, "command construction failed: %d bytes exceeds %d byte limit", n, relay.MaxCommandLen)
+	}
+	return cmd, nil
+}
+
+// environ is the whole environment of a sandbox process: nothing of the
+// gateway's own leaks in.
+func (s *Server) environ(dir string, pb *openshellv1.Sandbox) []string {
+	env := []string{
+		"HOME=" + dir,
+		"USER=" + s.user,
+		"SHELL=/bin/bash",
+		"PATH=" + s.cfg.Path,
+		"TERM=dumb",
+	}
+	for _, m := range []map[string]string{pb.GetSpec().GetTemplate().GetEnvironment(), pb.GetSpec().GetEnvironment()} {
+		for k, v := range m {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// cutter counts bytes for the CutAfter hook, across stdin and output.
+type cutter struct {
+	mu     sync.Mutex
+	on     bool
+	left   int64
+	cancel context.CancelCauseFunc
+}
+
+// take returns how many of n bytes may pass; fewer means the stream is cut.
+func (c *cutter) take(n int) int {
+	if !c.on {
+		return n
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if int64(n) > c.left {
+		n = int(c.left)
+		c.left = 0
+		c.cancel(errCut)
+		return n
+	}
+	c.left -= int64(n)
+	return n
+}
+
+type faultReader struct {
+	r io.Reader
+	c *cutter
+}
+
+func (f *faultReader) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if m := f.c.take(n); m < n {
+		return m, errCut
+	}
+	return n, err
+}
+
+type eventWriter struct {
+	c    *cutter
+	send func(*openshellv1.ExecSandboxEvent) error
+	wrap func([]byte) *openshellv1.ExecSandboxEvent
+}
+
+func (w *eventWriter) Write(p []byte) (int, error) {
+	m := w.c.take(len(p))
+	if m > 0 {
+		if err := w.send(w.wrap(p[:m])); err != nil {
+			return 0, fmt.Errorf("send output: %w", err)
+		}
+	}
+	if m < len(p) {
+		return m, errCut
+	}
+	return len(p), nil
+}

@@ -1,0 +1,297 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	datamodelv1 "github.com/ferry-dev/ferry/proto/openshell/datamodel/v1"
+	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// maxNameLen is upstream's MAX_ROUTABLE_NAME_LEN: a sandbox name becomes a
+// DNS label in routed hostnames.
+const maxNameLen = 19
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+
+func validName(name string) error {
+	switch {
+	case len(name) > maxNameLen:
+		return fmt.Errorf("name exceeds maximum length (%d > %d)", len(name), maxNameLen)
+	case strings.HasPrefix(name, "-") || strings.HasSuffix(name, "-"):
+		return errors.New("name must not start or end with a hyphen")
+	case !nameRE.MatchString(name):
+		return errors.New("name must contain only lowercase alphanumeric characters or hyphens")
+	case strings.Contains(name, "--"):
+		return errors.New("name must not contain consecutive hyphens")
+	}
+	return nil
+}
+
+// sandbox is one sandbox's record. Its fields are guarded by registry.mu.
+type sandbox struct {
+	pb      *openshellv1.Sandbox
+	dir     string
+	watch   []chan struct{} // closed on every change
+	gone    bool            // deleted; pb holds its last state
+	cancels map[*execTicket]func()
+}
+
+type execTicket struct{}
+
+// registry holds the sandboxes and persists their records under
+// root/.gateway so that a restarted gateway knows them again.
+type registry struct {
+	root string
+	mu   sync.Mutex
+	byID map[string]*sandbox
+	name map[string]*sandbox // workspace + "/" + name
+}
+
+func newRegistry(root string) (*registry, error) {
+	r := &registry{root: root, byID: map[string]*sandbox{}, name: map[string]*sandbox{}}
+	if err := os.MkdirAll(r.metaDir(), 0o700); err != nil {
+		return nil, fmt.Errorf("create gateway state dir: %w", err)
+	}
+	ents, err := os.ReadDir(r.metaDir())
+	if err != nil {
+		return nil, fmt.Errorf("read gateway state dir: %w", err)
+	}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(r.metaDir(), e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("read sandbox record: %w", err)
+		}
+		pb := &openshellv1.Sandbox{}
+		if err := protojson.Unmarshal(b, pb); err != nil {
+			return nil, fmt.Errorf("parse sandbox record %s: %w", e.Name(), err)
+		}
+		sb := &sandbox{pb: pb, dir: r.sandboxDir(pb.GetMetadata().GetName()), cancels: map[*execTicket]func(){}}
+		r.byID[pb.GetMetadata().GetId()] = sb
+		r.name[key(pb.GetMetadata().GetWorkspace(), pb.GetMetadata().GetName())] = sb
+	}
+	return r, nil
+}
+
+func key(workspace, name string) string { return workspace + "/" + name }
+
+func (r *registry) metaDir() string { return filepath.Join(r.root, ".gateway") }
+
+// sandboxDir is where a sandbox lives. Names are DNS labels, so they never
+// collide with ".gateway".
+func (r *registry) sandboxDir(name string) string { return filepath.Join(r.root, name) }
+
+func (r *registry) save(sb *sandbox) error {
+	b, err := protojson.Marshal(sb.pb)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(r.metaDir(), sb.pb.GetMetadata().GetName()+".json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write sandbox record: %w", err)
+	}
+	return os.Rename(tmp, filepath.Join(r.metaDir(), sb.pb.GetMetadata().GetName()+".json"))
+}
+
+var errExists = errors.New("sandbox already exists")
+
+// create records a new sandbox in PROVISIONING and makes its directory.
+func (r *registry) create(req *openshellv1.CreateSandboxRequest) (*openshellv1.Sandbox, error) {
+	ws := workspaceOf(req.GetWorkspace())
+	name := req.GetName()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if name == "" {
+		for {
+			name = "sandbox-" + randHex(4)
+			if _, ok := r.name[key(ws, name)]; !ok {
+				break
+			}
+		}
+	}
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	if _, ok := r.name[key(ws, name)]; ok {
+		return nil, errExists
+	}
+	for _, other := range r.byID {
+		// One directory per name, whatever the workspace.
+		if other.pb.GetMetadata().GetName() == name {
+			return nil, errExists
+		}
+	}
+	dir := r.sandboxDir(name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create sandbox dir: %w", err)
+	}
+	id := uuid()
+	pb := &openshellv1.Sandbox{
+		Metadata: &datamodelv1.ObjectMeta{
+			Id:          id,
+			Name:        name,
+			CreatedAtMs: time.Now().UnixMilli(),
+			Labels:      req.GetLabels(),
+			Annotations: req.GetAnnotations(),
+			Workspace:   ws,
+		},
+		Spec:   req.GetSpec(),
+		Status: &openshellv1.SandboxStatus{SandboxName: name, Phase: openshellv1.SandboxPhase_SANDBOX_PHASE_PROVISIONING},
+	}
+	sb := &sandbox{pb: pb, dir: dir, cancels: map[*execTicket]func(){}}
+	if err := r.save(sb); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	r.byID[id] = sb
+	r.name[key(ws, name)] = sb
+	return proto.Clone(pb).(*openshellv1.Sandbox), nil
+}
+
+// setPhase changes a sandbox's phase and wakes its watchers.
+func (r *registry) setPhase(id string, phase openshellv1.SandboxPhase) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sb, ok := r.byID[id]
+	if !ok {
+		return
+	}
+	sb.pb.Status.Phase = phase
+	sb.pb.Metadata.ResourceVersion++
+	_ = r.save(sb)
+	r.notify(sb)
+}
+
+func (r *registry) notify(sb *sandbox) {
+	for _, ch := range sb.watch {
+		close(ch)
+	}
+	sb.watch = nil
+}
+
+func (r *registry) get(workspace, name string) (*openshellv1.Sandbox, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sb, ok := r.name[key(workspaceOf(workspace), name)]
+	if !ok {
+		return nil, false
+	}
+	return proto.Clone(sb.pb).(*openshellv1.Sandbox), true
+}
+
+func (r *registry) lookup(id string) (*sandbox, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sb, ok := r.byID[id]
+	return sb, ok
+}
+
+// snapshot returns a copy of sb's record, whether it is gone, and a channel
+// closed at its next change.
+func (r *registry) snapshot(sb *sandbox) (*openshellv1.Sandbox, bool, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ch := make(chan struct{})
+	if !sb.gone {
+		sb.watch = append(sb.watch, ch)
+	}
+	return proto.Clone(sb.pb).(*openshellv1.Sandbox), sb.gone, ch
+}
+
+func (r *registry) list(workspace string, all bool) []*openshellv1.Sandbox {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ws := workspaceOf(workspace)
+	var out []*openshellv1.Sandbox
+	for _, sb := range r.byID {
+		if all || sb.pb.GetMetadata().GetWorkspace() == ws {
+			out = append(out, proto.Clone(sb.pb).(*openshellv1.Sandbox))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetMetadata().GetName() < out[j].GetMetadata().GetName() })
+	return out
+}
+
+// track registers a running exec so that deleting its sandbox stops it.
+func (r *registry) track(id string, cancel func()) (untrack func(), ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sb, ok := r.byID[id]
+	if !ok {
+		return nil, false
+	}
+	t := &execTicket{}
+	sb.cancels[t] = cancel
+	return func() {
+		r.mu.Lock()
+		delete(sb.cancels, t)
+		r.mu.Unlock()
+	}, true
+}
+
+// remove marks a sandbox DELETING, stops its execs, and deletes its
+// directory and record.
+func (r *registry) remove(workspace, name string) (bool, error) {
+	r.mu.Lock()
+	sb, ok := r.name[key(workspaceOf(workspace), name)]
+	if !ok {
+		r.mu.Unlock()
+		return false, nil
+	}
+	sb.pb.Status.Phase = openshellv1.SandboxPhase_SANDBOX_PHASE_DELETING
+	sb.pb.Metadata.DeletionTimestampMs = time.Now().UnixMilli()
+	for _, cancel := range sb.cancels {
+		cancel()
+	}
+	sb.gone = true
+	r.notify(sb)
+	delete(r.byID, sb.pb.GetMetadata().GetId())
+	delete(r.name, key(sb.pb.GetMetadata().GetWorkspace(), name))
+	r.mu.Unlock()
+
+	err := os.RemoveAll(sb.dir)
+	if rerr := os.Remove(filepath.Join(r.metaDir(), name+".json")); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return true, fmt.Errorf("remove sandbox %s: %w", name, err)
+	}
+	return true, nil
+}
+
+func workspaceOf(ws string) string {
+	if ws == "" {
+		return "default"
+	}
+	return ws
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// uuid returns a random (version 4) UUID, the form upstream gives ids.
+func uuid() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}

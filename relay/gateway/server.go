@@ -1,0 +1,260 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/user"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
+)
+
+// Config configures a Server. Zero values take the defaults in New.
+type Config struct {
+	// Root holds one directory per sandbox and the gateway's records.
+	Root string
+	// Shell runs each exec's command string. Default ["/bin/bash", "-lc"],
+	// as the real gateway's sandbox SSH server does.
+	Shell []string
+	// Path is the PATH a sandbox process starts with.
+	// Default "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".
+	Path string
+	// ReadyDelay is how long a new sandbox stays PROVISIONING before it is
+	// READY, so that clients exercise their wait. Default 50ms.
+	ReadyDelay time.Duration
+	// Version is reported by Health and GetGatewayInfo.
+	Version string
+	// Logger receives one line per RPC outcome worth knowing. Default
+	// slog.Default(). Command arguments and environments are never logged
+	// by this package.
+	Logger *slog.Logger
+
+	// CutAfter is a fault-injection hook for tests: when positive, every
+	// exec stream is cut, as a dropped relay would be, once that many bytes
+	// of stdin and output together have crossed it; the RPC then fails
+	// with UNAVAILABLE and the process is killed.
+	CutAfter int64
+	// DisableInteractive makes ExecSandboxInteractive answer UNIMPLEMENTED,
+	// as an older gateway would, so that clients' fallback can be tested.
+	DisableInteractive bool
+}
+
+// Server implements openshell.v1.OpenShell.
+type Server struct {
+	openshellv1.UnimplementedOpenShellServer
+	cfg  Config
+	reg  *registry
+	user string
+
+	mu     sync.Mutex
+	timers map[string]*time.Timer
+	closed bool
+}
+
+var _ openshellv1.OpenShellServer = (*Server)(nil)
+
+// New opens (or creates) the gateway state under cfg.Root.
+func New(cfg Config) (*Server, error) {
+	if cfg.Root == "" {
+		return nil, errors.New("gateway: Root is required")
+	}
+	root, err := filepath.Abs(cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("resolve root: %w", err)
+	}
+	cfg.Root = root
+	if len(cfg.Shell) == 0 {
+		cfg.Shell = []string{"/bin/bash", "-lc"}
+	}
+	if cfg.Path == "" {
+		cfg.Path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	if cfg.ReadyDelay == 0 {
+		cfg.ReadyDelay = 50 * time.Millisecond
+	}
+	if cfg.Version == "" {
+		cfg.Version = "ferry-embedded"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("create root: %w", err)
+	}
+	reg, err := newRegistry(root)
+	if err != nil {
+		return nil, err
+	}
+	name := "sandbox"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	s := &Server{cfg: cfg, reg: reg, user: name, timers: map[string]*time.Timer{}}
+	// A sandbox left PROVISIONING by a previous run is ready now.
+	for _, sb := range reg.list("", true) {
+		if sb.GetStatus().GetPhase() == openshellv1.SandboxPhase_SANDBOX_PHASE_PROVISIONING {
+			reg.setPhase(sb.GetMetadata().GetId(), openshellv1.SandboxPhase_SANDBOX_PHASE_READY)
+		}
+	}
+	return s, nil
+}
+
+// Register adds the service to g.
+func (s *Server) Register(g *grpc.Server) { openshellv1.RegisterOpenShellServer(g, s) }
+
+// ServerOptions are the options a grpc.Server needs to behave like the
+// real gateway: its 1 MiB inbound message limit.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxMessage),
+		grpc.InitialWindowSize(windowSize),
+		grpc.InitialConnWindowSize(windowSize),
+	}
+}
+
+const (
+	maxMessage = 1 << 20
+	// A window that covers a few output chunks keeps a fast exec stream
+	// from stalling on flow-control round trips.
+	windowSize = 4 << 20
+)
+
+// Close stops pending state changes. Running execs end with their RPCs.
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for id, t := range s.timers {
+		t.Stop()
+		delete(s.timers, id)
+	}
+}
+
+func (s *Server) Health(context.Context, *openshellv1.HealthRequest) (*openshellv1.HealthResponse, error) {
+	return &openshellv1.HealthResponse{Status: openshellv1.ServiceStatus_SERVICE_STATUS_HEALTHY, Version: s.cfg.Version}, nil
+}
+
+func (s *Server) GetGatewayInfo(context.Context, *openshellv1.GetGatewayInfoRequest) (*openshellv1.GetGatewayInfoResponse, error) {
+	return &openshellv1.GetGatewayInfoResponse{
+		Status:         openshellv1.ServiceStatus_SERVICE_STATUS_HEALTHY,
+		GatewayVersion: s.cfg.Version,
+		ComputeDrivers: []*openshellv1.ComputeDriverInfo{{Name: "ferry-local", Capabilities: &openshellv1.ComputeDriverCapabilities{DriverName: "ferry-local", DriverVersion: s.cfg.Version}}},
+	}, nil
+}
+
+func (s *Server) CreateSandbox(ctx context.Context, req *openshellv1.CreateSandboxRequest) (*openshellv1.SandboxResponse, error) {
+	sb, err := s.reg.create(req)
+	switch {
+	case errors.Is(err, errExists):
+		return nil, status.Errorf(codes.AlreadyExists, "sandbox %q already exists", req.GetName())
+	case err != nil:
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	id := sb.GetMetadata().GetId()
+	s.mu.Lock()
+	if !s.closed {
+		s.timers[id] = time.AfterFunc(s.cfg.ReadyDelay, func() {
+			s.mu.Lock()
+			delete(s.timers, id)
+			s.mu.Unlock()
+			s.reg.setPhase(id, openshellv1.SandboxPhase_SANDBOX_PHASE_READY)
+		})
+	}
+	s.mu.Unlock()
+	s.cfg.Logger.Info("sandbox created", "name", sb.GetMetadata().GetName(), "id", id)
+	return &openshellv1.SandboxResponse{Sandbox: sb}, nil
+}
+
+func (s *Server) GetSandbox(ctx context.Context, req *openshellv1.GetSandboxRequest) (*openshellv1.SandboxResponse, error) {
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name is required")
+	}
+	sb, ok := s.reg.get(req.GetWorkspace(), req.GetName())
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "sandbox not found")
+	}
+	return &openshellv1.SandboxResponse{Sandbox: sb}, nil
+}
+
+func (s *Server) ListSandboxes(ctx context.Context, req *openshellv1.ListSandboxesRequest) (*openshellv1.ListSandboxesResponse, error) {
+	all := s.reg.list(req.GetWorkspace(), req.GetAllWorkspaces())
+	off := int(req.GetOffset())
+	if off > len(all) {
+		off = len(all)
+	}
+	all = all[off:]
+	if lim := int(req.GetLimit()); lim > 0 && lim < len(all) {
+		all = all[:lim]
+	}
+	return &openshellv1.ListSandboxesResponse{Sandboxes: all}, nil
+}
+
+func (s *Server) DeleteSandbox(ctx context.Context, req *openshellv1.DeleteSandboxRequest) (*openshellv1.DeleteSandboxResponse, error) {
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name is required")
+	}
+	if sb, ok := s.reg.get(req.GetWorkspace(), req.GetName()); ok {
+		s.mu.Lock()
+		if t, ok := s.timers[sb.GetMetadata().GetId()]; ok {
+			t.Stop()
+			delete(s.timers, sb.GetMetadata().GetId())
+		}
+		s.mu.Unlock()
+	}
+	found, err := s.reg.remove(req.GetWorkspace(), req.GetName())
+	if !found {
+		return nil, status.Errorf(codes.NotFound, "sandbox not found")
+	}
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	s.cfg.Logger.Info("sandbox deleted", "name", req.GetName())
+	return &openshellv1.DeleteSandboxResponse{Deleted: true}, nil
+}
+
+func (s *Server) WatchSandbox(req *openshellv1.WatchSandboxRequest, stream grpc.ServerStreamingServer[openshellv1.SandboxStreamEvent]) error {
+	if req.GetId() == "" {
+		return status.Error(codes.InvalidArgument, "id is required")
+	}
+	sb, ok := s.reg.lookup(req.GetId())
+	if !ok {
+		return status.Errorf(codes.NotFound, "sandbox not found")
+	}
+	var last openshellv1.SandboxPhase = -1
+	for {
+		pb, gone, changed := s.reg.snapshot(sb)
+		phase := pb.GetStatus().GetPhase()
+		if phase != last {
+			if err := stream.Send(&openshellv1.SandboxStreamEvent{Payload: &openshellv1.SandboxStreamEvent_Sandbox{Sandbox: pb}}); err != nil {
+				return err
+			}
+			last = phase
+		}
+		if gone || !req.GetFollowStatus() || (req.GetStopOnTerminal() && terminal(phase)) {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
+}
+
+func terminal(p openshellv1.SandboxPhase) bool {
+	switch p {
+	case openshellv1.SandboxPhase_SANDBOX_PHASE_READY, openshellv1.SandboxPhase_SANDBOX_PHASE_ERROR,
+		openshellv1.SandboxPhase_SANDBOX_PHASE_DELETING, openshellv1.SandboxPhase_SANDBOX_PHASE_STOPPED:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,391 @@
+package openshell
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
+	"github.com/ferry-dev/ferry/relay"
+)
+
+// Config configures a Client.
+type Config struct {
+	Settings
+	// ConnectTimeout bounds the first connection. Default 10s, as the
+	// OpenShell CLI.
+	ConnectTimeout time.Duration
+	// KeepAlive is the HTTP/2 ping interval that finds a dead gateway
+	// connection. Default 10s, as the OpenShell CLI.
+	KeepAlive time.Duration
+	// ChunkSize is the stdin bytes per message. Default 256 KiB; at most
+	// relay.MaxMessageSize minus room for framing.
+	ChunkSize int
+	// HeaderWait bounds how long Exec waits for the gateway's response
+	// headers before it streams stdin (see Exec). Default 5s.
+	HeaderWait time.Duration
+	// Dialer, when set, replaces TCP for reaching the gateway (tests use it
+	// to cut connections).
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+const maxChunk = relay.MaxMessageSize - 64<<10
+
+// Client talks to one OpenShell gateway. It is safe for concurrent use.
+type Client struct {
+	cfg  Config
+	conn *grpc.ClientConn
+	api  openshellv1.OpenShellClient
+
+	mu      sync.Mutex
+	ids     map[string]string // sandbox name -> id
+	oneShot bool              // the gateway lacks ExecSandboxInteractive
+}
+
+var _ relay.Execer = (*Client)(nil)
+
+// Dial connects to the gateway in cfg. The connection is made lazily by
+// gRPC; the first RPC reports an unreachable gateway.
+func Dial(cfg Config) (*Client, error) {
+	if cfg.Endpoint == "" {
+		return nil, errors.New("openshell: no gateway endpoint")
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	if cfg.KeepAlive == 0 {
+		cfg.KeepAlive = 10 * time.Second
+	}
+	if cfg.ChunkSize == 0 {
+		cfg.ChunkSize = 256 << 10
+	}
+	if cfg.ChunkSize < 0 || cfg.ChunkSize > maxChunk {
+		return nil, fmt.Errorf("openshell: ChunkSize %d outside 1..%d", cfg.ChunkSize, maxChunk)
+	}
+	if cfg.HeaderWait == 0 {
+		cfg.HeaderWait = 5 * time.Second
+	}
+	if cfg.Workspace == "" {
+		cfg.Workspace = "default"
+	}
+	tlsCfg, err := cfg.TLSConfig()
+	if err != nil {
+		return nil, err
+	}
+	var creds credentials.TransportCredentials
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	} else {
+		creds = insecure.NewCredentials()
+	}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: cfg.KeepAlive, Timeout: cfg.KeepAlive, PermitWithoutStream: true}),
+		grpc.WithConnectParams(connectParams(cfg.ConnectTimeout)),
+		grpc.WithInitialWindowSize(windowSize),
+		grpc.WithInitialConnWindowSize(windowSize),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
+		grpc.WithUserAgent("ferry"),
+	}
+	if cfg.BearerToken != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: cfg.BearerToken, secure: tlsCfg != nil}))
+	}
+	if cfg.Dialer != nil {
+		opts = append(opts, grpc.WithContextDialer(cfg.Dialer))
+	}
+	conn, err := grpc.NewClient("passthrough:///"+cfg.Target(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("dial gateway %s: %w", cfg.Endpoint, err)
+	}
+	return &Client{cfg: cfg, conn: conn, api: openshellv1.NewOpenShellClient(conn), ids: map[string]string{}}, nil
+}
+
+const windowSize = 4 << 20
+
+// Close closes the connection; running Execs fail.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// API is the raw generated client, for RPCs this package does not wrap.
+func (c *Client) API() openshellv1.OpenShellClient { return c.api }
+
+type bearer struct {
+	token  string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+// RequireTransportSecurity is false only so that a plaintext loopback
+// gateway can be used with a token, as the OpenShell CLI allows.
+func (b bearer) RequireTransportSecurity() bool { return false }
+
+// Exec implements relay.Execer.
+//
+// The request stream opens with `start`; stdin is streamed only after the
+// gateway's response headers arrive (or HeaderWait passes), so that a
+// gateway without the interactive RPC is detected before any stdin has been
+// consumed, and the call can move to one-shot ExecSandbox without losing it.
+func (c *Client) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
+	if err := cmd.Validate(); err != nil {
+		return 0, err
+	}
+	if n := len(relay.ShellCommand(cmd.Workdir, cmd.Env, cmd.Argv)); n > relay.MaxCommandLen {
+		return 0, fmt.Errorf("%w: assembled command is %d bytes, at most %d", relay.ErrInvalid, n, relay.MaxCommandLen)
+	}
+	id, err := c.SandboxID(ctx, cmd.Sandbox)
+	if err != nil {
+		return 0, err
+	}
+	code, err := c.execOnce(ctx, id, cmd)
+	if errors.Is(err, relay.ErrNotFound) {
+		// The id may be stale: the sandbox was recreated under its name.
+		c.forget(cmd.Sandbox)
+		if id2, err2 := c.SandboxID(ctx, cmd.Sandbox); err2 == nil && id2 != id {
+			return c.execOnce(ctx, id2, cmd)
+		}
+	}
+	return code, err
+}
+
+func (c *Client) execOnce(ctx context.Context, id string, cmd *relay.Command) (int, error) {
+	c.mu.Lock()
+	oneShot := c.oneShot
+	c.mu.Unlock()
+	if oneShot {
+		return c.execOneShot(ctx, id, cmd)
+	}
+	code, err := c.execInteractive(ctx, id, cmd)
+	if errors.Is(err, errUnimplemented) {
+		c.mu.Lock()
+		c.oneShot = true
+		c.mu.Unlock()
+		return c.execOneShot(ctx, id, cmd)
+	}
+	return code, err
+}
+
+var errUnimplemented = errors.New("openshell: ExecSandboxInteractive not implemented")
+
+func (c *Client) request(id string, cmd *relay.Command) *openshellv1.ExecSandboxRequest {
+	req := &openshellv1.ExecSandboxRequest{
+		SandboxId:   id,
+		Command:     cmd.Argv,
+		Workdir:     cmd.Workdir,
+		Environment: cmd.Env,
+		Tty:         false,
+	}
+	if cmd.Timeout > 0 {
+		secs := math.Ceil(cmd.Timeout.Seconds())
+		if secs > math.MaxUint32 {
+			secs = math.MaxUint32
+		}
+		req.TimeoutSeconds = uint32(secs)
+	}
+	return req
+}
+
+func (c *Client) execInteractive(ctx context.Context, id string, cmd *relay.Command) (int, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.api.ExecSandboxInteractive(ctx)
+	if err != nil {
+		return 0, c.rpcError(ctx, cmd, err)
+	}
+	if err := stream.Send(&openshellv1.ExecSandboxInput{Payload: &openshellv1.ExecSandboxInput_Start{Start: c.request(id, cmd)}}); err != nil && !errors.Is(err, io.EOF) {
+		return 0, c.rpcError(ctx, cmd, err)
+	}
+	// Header blocks until the gateway answers or the stream fails; it is
+	// released by cancel at the latest.
+	headers := make(chan error, 1)
+	go func() {
+		md, err := stream.Header()
+		if err == nil && md == nil {
+			// Trailers only: the RPC ended before it began (for example
+			// UNIMPLEMENTED); Recv below gives the status.
+			err = io.EOF
+		}
+		headers <- err
+	}()
+	wait := time.NewTimer(c.cfg.HeaderWait)
+	defer wait.Stop()
+	select {
+	case err := <-headers:
+		if err != nil {
+			// Header's error is not the status; Recv gives it.
+			_, rerr := stream.Recv()
+			if status.Code(rerr) == codes.Unimplemented {
+				return 0, errUnimplemented
+			}
+			if rerr == nil || errors.Is(rerr, io.EOF) {
+				return 0, fmt.Errorf("exec in %s: %w: stream ended before headers", cmd.Sandbox, relay.ErrRelayLost)
+			}
+			return 0, c.rpcError(ctx, cmd, rerr)
+		}
+	case <-wait.C:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+
+	// The pump is the only sender from here on (gRPC allows one sender and
+	// one receiver at a time). It is not waited for: it may be blocked in
+	// the caller's Read; cancel makes its next Send fail.
+	go c.pump(stream, cmd.Stdin)
+
+	stdout, stderr := orDiscard(cmd.Stdout), orDiscard(cmd.Stderr)
+	exit := -1
+	for {
+		ev, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			if exit < 0 {
+				return 0, fmt.Errorf("exec in %s: %w: stream ended without an exit status", cmd.Sandbox, relay.ErrRelayLost)
+			}
+			return exit, nil
+		}
+		if err != nil {
+			return 0, c.rpcError(ctx, cmd, err)
+		}
+		switch p := ev.GetPayload().(type) {
+		case *openshellv1.ExecSandboxEvent_Stdout:
+			if _, err := stdout.Write(p.Stdout.GetData()); err != nil {
+				return 0, fmt.Errorf("write stdout: %w", err)
+			}
+		case *openshellv1.ExecSandboxEvent_Stderr:
+			if _, err := stderr.Write(p.Stderr.GetData()); err != nil {
+				return 0, fmt.Errorf("write stderr: %w", err)
+			}
+		case *openshellv1.ExecSandboxEvent_Exit:
+			exit = int(p.Exit.GetExitCode())
+		}
+	}
+}
+
+func (c *Client) pump(stream grpc.BidiStreamingClient[openshellv1.ExecSandboxInput, openshellv1.ExecSandboxEvent], stdin io.Reader) {
+	if stdin == nil {
+		_ = stream.CloseSend()
+		return
+	}
+	buf := make([]byte, c.cfg.ChunkSize)
+	for {
+		n, err := stdin.Read(buf)
+		if n > 0 {
+			// Send does not keep buf after it returns.
+			if serr := stream.Send(&openshellv1.ExecSandboxInput{Payload: &openshellv1.ExecSandboxInput_Stdin{Stdin: buf[:n]}}); serr != nil {
+				return
+			}
+		}
+		if err != nil {
+			// At EOF the half-close is the child's EOF. On a read error
+			// the child gets EOF too: what it has is all there is.
+			_ = stream.CloseSend()
+			return
+		}
+	}
+}
+
+func (c *Client) execOneShot(ctx context.Context, id string, cmd *relay.Command) (int, error) {
+	req := c.request(id, cmd)
+	if cmd.Stdin != nil {
+		room := relay.MaxMessageSize - 64<<10 - len(relay.ShellCommand(cmd.Workdir, cmd.Env, cmd.Argv))
+		b, err := io.ReadAll(io.LimitReader(cmd.Stdin, int64(room)+1))
+		if err != nil {
+			return 0, fmt.Errorf("read stdin: %w", err)
+		}
+		if len(b) > room {
+			return 0, fmt.Errorf("exec in %s: %w: this gateway has no streaming exec and one-shot stdin is limited to %d bytes", cmd.Sandbox, relay.ErrStdinTooLarge, room)
+		}
+		req.Stdin = b
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.api.ExecSandbox(ctx, req)
+	if err != nil {
+		return 0, c.rpcError(ctx, cmd, err)
+	}
+	stdout, stderr := orDiscard(cmd.Stdout), orDiscard(cmd.Stderr)
+	exit := -1
+	for {
+		ev, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			if exit < 0 {
+				return 0, fmt.Errorf("exec in %s: %w: stream ended without an exit status", cmd.Sandbox, relay.ErrRelayLost)
+			}
+			return exit, nil
+		}
+		if err != nil {
+			return 0, c.rpcError(ctx, cmd, err)
+		}
+		switch p := ev.GetPayload().(type) {
+		case *openshellv1.ExecSandboxEvent_Stdout:
+			if _, err := stdout.Write(p.Stdout.GetData()); err != nil {
+				return 0, fmt.Errorf("write stdout: %w", err)
+			}
+		case *openshellv1.ExecSandboxEvent_Stderr:
+			if _, err := stderr.Write(p.Stderr.GetData()); err != nil {
+				return 0, fmt.Errorf("write stderr: %w", err)
+			}
+		case *openshellv1.ExecSandboxEvent_Exit:
+			exit = int(p.Exit.GetExitCode())
+		}
+	}
+}
+
+// rpcError turns a gRPC status into the relay's errors.
+func (c *Client) rpcError(ctx context.Context, cmd *relay.Command, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return statusError("exec in "+cmd.Sandbox, err)
+}
+
+func statusError(action string, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("%s: %w", action, err)
+	}
+	var sentinel error
+	switch st.Code() {
+	case codes.Unavailable:
+		sentinel = relay.ErrRelayLost
+	case codes.NotFound:
+		sentinel = relay.ErrNotFound
+	case codes.FailedPrecondition:
+		sentinel = relay.ErrNotReady
+	case codes.InvalidArgument, codes.ResourceExhausted:
+		sentinel = relay.ErrInvalid
+	case codes.Canceled:
+		return fmt.Errorf("%s: %w", action, context.Canceled)
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%s: %w", action, context.DeadlineExceeded)
+	case codes.Unauthenticated, codes.PermissionDenied:
+		sentinel = ErrAuth
+	}
+	if sentinel == nil {
+		return fmt.Errorf("%s: %s: %w", action, strings.ToLower(st.Code().String()), err)
+	}
+	return fmt.Errorf("%s: %w: %s", action, sentinel, st.Message())
+}
+
+// ErrAuth means the gateway refused our credentials.
+var ErrAuth = errors.New("openshell: not authorized")
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}

@@ -1,0 +1,149 @@
+package openshell
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc"
+
+	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
+	"github.com/ferry-dev/ferry/relay"
+)
+
+func connectParams(timeout time.Duration) grpc.ConnectParams {
+	return grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: timeout}
+}
+
+// SandboxID resolves a sandbox name to the object id that exec RPCs take,
+// and checks that the sandbox is READY. Ids are cached per name.
+func (c *Client) SandboxID(ctx context.Context, name string) (string, error) {
+	c.mu.Lock()
+	id, ok := c.ids[name]
+	c.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	sb, err := c.Get(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	if p := sb.GetStatus().GetPhase(); p != openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
+		return "", fmt.Errorf("sandbox %s: %w (phase %s)", name, relay.ErrNotReady, PhaseName(p))
+	}
+	id = sb.GetMetadata().GetId()
+	c.mu.Lock()
+	c.ids[name] = id
+	c.mu.Unlock()
+	return id, nil
+}
+
+func (c *Client) forget(name string) {
+	c.mu.Lock()
+	delete(c.ids, name)
+	c.mu.Unlock()
+}
+
+// Get returns the sandbox called name.
+func (c *Client) Get(ctx context.Context, name string) (*openshellv1.Sandbox, error) {
+	resp, err := c.api.GetSandbox(ctx, &openshellv1.GetSandboxRequest{Name: name, Workspace: c.cfg.Workspace})
+	if err != nil {
+		return nil, statusError("get sandbox "+name, err)
+	}
+	return resp.GetSandbox(), nil
+}
+
+// Create creates a sandbox and waits until it is READY.
+func (c *Client) Create(ctx context.Context, req *openshellv1.CreateSandboxRequest) (*openshellv1.Sandbox, error) {
+	if req.Workspace == "" {
+		req.Workspace = c.cfg.Workspace
+	}
+	resp, err := c.api.CreateSandbox(ctx, req)
+	if err != nil {
+		return nil, statusError("create sandbox "+req.GetName(), err)
+	}
+	return c.WaitReady(ctx, resp.GetSandbox())
+}
+
+// WaitReady follows a sandbox's status until it is READY, or fails when it
+// reaches ERROR or is deleted.
+func (c *Client) WaitReady(ctx context.Context, sb *openshellv1.Sandbox) (*openshellv1.Sandbox, error) {
+	name := sb.GetMetadata().GetName()
+	if sb.GetStatus().GetPhase() == openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
+		return sb, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.api.WatchSandbox(ctx, &openshellv1.WatchSandboxRequest{Id: sb.GetMetadata().GetId(), FollowStatus: true, StopOnTerminal: true})
+	if err != nil {
+		return nil, statusError("watch sandbox "+name, err)
+	}
+	for {
+		ev, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("watch sandbox %s: %w: watch ended before READY", name, relay.ErrNotReady)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, statusError("watch sandbox "+name, err)
+		}
+		got := ev.GetSandbox()
+		if got == nil {
+			continue
+		}
+		switch p := got.GetStatus().GetPhase(); p {
+		case openshellv1.SandboxPhase_SANDBOX_PHASE_READY:
+			return got, nil
+		case openshellv1.SandboxPhase_SANDBOX_PHASE_ERROR, openshellv1.SandboxPhase_SANDBOX_PHASE_DELETING:
+			return nil, fmt.Errorf("sandbox %s: %w (phase %s)", name, relay.ErrNotReady, PhaseName(p))
+		}
+	}
+}
+
+// Delete deletes the sandbox called name. A sandbox that does not exist
+// is an error wrapping relay.ErrNotFound.
+func (c *Client) Delete(ctx context.Context, name string) error {
+	c.forget(name)
+	_, err := c.api.DeleteSandbox(ctx, &openshellv1.DeleteSandboxRequest{Name: name, Workspace: c.cfg.Workspace})
+	if err != nil {
+		return statusError("delete sandbox "+name, err)
+	}
+	return nil
+}
+
+// List returns the sandboxes of the client's workspace.
+func (c *Client) List(ctx context.Context) ([]*openshellv1.Sandbox, error) {
+	var all []*openshellv1.Sandbox
+	const page = 100
+	for off := uint32(0); ; off += page {
+		resp, err := c.api.ListSandboxes(ctx, &openshellv1.ListSandboxesRequest{Limit: page, Offset: off, Workspace: c.cfg.Workspace})
+		if err != nil {
+			return nil, statusError("list sandboxes", err)
+		}
+		all = append(all, resp.GetSandboxes()...)
+		if len(resp.GetSandboxes()) < page || off > 1<<20 {
+			return all, nil
+		}
+	}
+}
+
+// PhaseName is a phase without its enum prefix, lower case: "ready".
+func PhaseName(p openshellv1.SandboxPhase) string {
+	const prefix = "SANDBOX_PHASE_"
+	s := p.String()
+	if len(s) > len(prefix) && s[:len(prefix)] == prefix {
+		s = s[len(prefix):]
+	}
+	b := []byte(s)
+	for i, ch := range b {
+		if ch >= 'A' && ch <= 'Z' {
+			b[i] = ch + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
