@@ -111,7 +111,7 @@ type ctxSender struct {
 }
 
 func (c *ctxSender) Send(e *openshellv1.ExecSandboxEvent) error { return c.s.Send(e) }
-func (c *ctxSender) Context() context.Context                    { return c.ctx }
+func (c *ctxSender) Context() context.Context                   { return c.ctx }
 
 // exec runs one request in its sandbox and streams the result; the
 // returned error is the RPC's status.

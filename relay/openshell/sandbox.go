@@ -7,8 +7,8 @@ import (
 	"io"
 	"time"
 
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 	"github.com/ferry-dev/ferry/relay"
