@@ -9,6 +9,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 	"github.com/ferry-dev/ferry/relay"
@@ -51,7 +53,7 @@ func (c *Client) forget(name string) {
 func (c *Client) Get(ctx context.Context, name string) (*openshellv1.Sandbox, error) {
 	resp, err := c.api.GetSandbox(ctx, &openshellv1.GetSandboxRequest{Name: name, Workspace: c.cfg.Workspace})
 	if err != nil {
-		return nil, statusError("get sandbox "+name, err)
+		return nil, c.lifecycleError("get sandbox "+name, err)
 	}
 	return resp.GetSandbox(), nil
 }
@@ -63,7 +65,7 @@ func (c *Client) Create(ctx context.Context, req *openshellv1.CreateSandboxReque
 	}
 	resp, err := c.api.CreateSandbox(ctx, req)
 	if err != nil {
-		return nil, statusError("create sandbox "+req.GetName(), err)
+		return nil, c.lifecycleError("create sandbox "+req.GetName(), err)
 	}
 	return c.WaitReady(ctx, resp.GetSandbox())
 }
@@ -79,7 +81,7 @@ func (c *Client) WaitReady(ctx context.Context, sb *openshellv1.Sandbox) (*opens
 	defer cancel()
 	stream, err := c.api.WatchSandbox(ctx, &openshellv1.WatchSandboxRequest{Id: sb.GetMetadata().GetId(), FollowStatus: true, StopOnTerminal: true})
 	if err != nil {
-		return nil, statusError("watch sandbox "+name, err)
+		return nil, c.lifecycleError("watch sandbox "+name, err)
 	}
 	for {
 		ev, err := stream.Recv()
@@ -90,7 +92,7 @@ func (c *Client) WaitReady(ctx context.Context, sb *openshellv1.Sandbox) (*opens
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, statusError("watch sandbox "+name, err)
+			return nil, c.lifecycleError("watch sandbox "+name, err)
 		}
 		got := ev.GetSandbox()
 		if got == nil {
@@ -111,7 +113,7 @@ func (c *Client) Delete(ctx context.Context, name string) error {
 	c.forget(name)
 	_, err := c.api.DeleteSandbox(ctx, &openshellv1.DeleteSandboxRequest{Name: name, Workspace: c.cfg.Workspace})
 	if err != nil {
-		return statusError("delete sandbox "+name, err)
+		return c.lifecycleError("delete sandbox "+name, err)
 	}
 	return nil
 }
@@ -123,13 +125,26 @@ func (c *Client) List(ctx context.Context) ([]*openshellv1.Sandbox, error) {
 	for off := uint32(0); ; off += page {
 		resp, err := c.api.ListSandboxes(ctx, &openshellv1.ListSandboxesRequest{Limit: page, Offset: off, Workspace: c.cfg.Workspace})
 		if err != nil {
-			return nil, statusError("list sandboxes", err)
+			return nil, c.lifecycleError("list sandboxes", err)
 		}
 		all = append(all, resp.GetSandboxes()...)
 		if len(resp.GetSandboxes()) < page || off > 1<<20 {
 			return all, nil
 		}
 	}
+}
+
+// ErrUnreachable means a lifecycle RPC could not reach the gateway (down,
+// refused, TLS handshake failed).
+var ErrUnreachable = errors.New("openshell: gateway unreachable")
+
+// lifecycleError is statusError, except that UNAVAILABLE outside an exec
+// means the gateway itself could not be reached.
+func (c *Client) lifecycleError(action string, err error) error {
+	if status.Code(err) == codes.Unavailable {
+		return fmt.Errorf("%s: %w at %s: %s", action, ErrUnreachable, c.cfg.Endpoint, status.Convert(err).Message())
+	}
+	return statusError(action, err)
 }
 
 // PhaseName is a phase without its enum prefix, lower case: "ready".

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# make demo: the relay-exec channel end to end on the embedded gateway.
+# Starts an mTLS gateway on loopback, points an OpenShell-style client
+# configuration at it, creates a sandbox, streams data through exec, checks
+# exit codes, deletes the sandbox and stops the gateway.
+set -euo pipefail
+
+FERRY=${FERRY:-ferry}
+work=$(mktemp -d)
+gw_pid=
+cleanup() {
+	if [[ -n $gw_pid ]]; then kill "$gw_pid" 2>/dev/null || true; wait "$gw_pid" 2>/dev/null || true; fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "certificates for a local mTLS gateway"
+"$FERRY" gateway certs "$work/certs"
+
+step "start the embedded gateway (it isolates nothing: commands run as $(id -un))"
+"$FERRY" gateway serve --listen 127.0.0.1:0 --root "$work/sandboxes" --tls-dir "$work/certs" 2>"$work/gateway.log" &
+gw_pid=$!
+addr=
+for _ in $(seq 1 100); do
+	addr=$(sed -n 's/^listening on \([^ ]*\).*/\1/p' "$work/gateway.log")
+	[[ -n $addr ]] && break
+	kill -0 "$gw_pid" 2>/dev/null || { cat "$work/gateway.log"; exit 1; }
+	sleep 0.1
+done
+[[ -n $addr ]] || { echo "gateway did not start"; cat "$work/gateway.log"; exit 1; }
+echo "gateway at https://$addr"
+
+step "point an OpenShell client configuration at it (as ~/.config/openshell would)"
+export XDG_CONFIG_HOME=$work/config
+unset OPENSHELL_GATEWAY OPENSHELL_GATEWAY_ENDPOINT OPENSHELL_GATEWAY_INSECURE || true
+mkdir -p "$XDG_CONFIG_HOME/openshell/gateways/demo"
+cp -r "$work/certs/client" "$XDG_CONFIG_HOME/openshell/gateways/demo/mtls"
+printf '{"name":"demo","gateway_endpoint":"https://%s","is_remote":false,"gateway_port":%s,"auth_mode":"mtls"}\n' \
+	"$addr" "${addr##*:}" >"$XDG_CONFIG_HOME/openshell/gateways/demo/metadata.json"
+echo demo >"$XDG_CONFIG_HOME/openshell/active_gateway"
+find "$XDG_CONFIG_HOME/openshell" -type f | sed "s|$work/||"
+
+step "ferry sandbox create demo-box"
+"$FERRY" sandbox create demo-box
+"$FERRY" sandbox list
+
+step "ferry exec: arguments arrive exactly, stdin streams in"
+echo "hello from the host" | "$FERRY" exec demo-box -- sh -c 'printf "stdin: %s\n" "$(cat)"; printf "arg: [%s]\n" "$@"' sh 'two words' "it's" '$(not run)'
+
+step "ferry exec: 64 MiB through stdin and back, byte for byte"
+head -c 67108864 /dev/urandom >"$work/blob"
+want=$(sha256sum <"$work/blob" | cut -d' ' -f1)
+start=$(date +%s.%N)
+got=$("$FERRY" exec demo-box -- cat <"$work/blob" | sha256sum | cut -d' ' -f1)
+end=$(date +%s.%N)
+[[ $got == "$want" ]] || { echo "digest mismatch: $got != $want"; exit 1; }
+printf 'sha256 %s matches (%.0f MiB/s)\n' "$got" "$(echo "64 / ($end - $start)" | bc -l)"
+
+step "ferry exec: the remote exit code is ferry's exit code"
+set +e
+"$FERRY" exec demo-box -- sh -c 'echo "to stderr" >&2; exit 42'
+code=$?
+set -e
+echo "exit code: $code"
+[[ $code == 42 ]]
+
+step "ferry exec --timeout: exit 124, process group killed"
+set +e
+"$FERRY" exec demo-box --timeout 1s -- sleep 30
+code=$?
+set -e
+echo "exit code: $code"
+[[ $code == 124 ]]
+
+step "ferry sandbox delete demo-box"
+"$FERRY" sandbox delete demo-box
+set +e
+"$FERRY" exec demo-box -- true
+code=$?
+set -e
+echo "exec in a deleted sandbox: exit code $code"
+[[ $code == 1 ]]
+
+step "stop the gateway"
+kill "$gw_pid"
+wait "$gw_pid" || true
+gw_pid=
+echo "demo passed"

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// streams are the process's standard files, passed in so tests can drive
+// the CLI in-process.
+type streams struct {
+	in       io.Reader
+	out, err io.Writer
+}
+
+// globals are the flags every command shares (DESIGN.md, "The command
+// line").
+type globals struct {
+	gateway   string
+	ssh       string
+	sshKey    string
+	sshKnown  string
+	sshInsec  bool
+	workspace string
+	json      bool
+	quiet     bool
+	verbose   bool
+}
+
+// usageError is a mistake in how ferry was called: exit 2.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// exitCode carries a remote command's exit code out of a command.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func newRoot(s streams) *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "ferry",
+		Short: "Move files into and out of agent sandboxes through the gateway's exec channel",
+		Long: `ferry runs commands in remote agent sandboxes and moves files in and out
+through the sandbox gateway's exec channel: an OpenShell gateway (gRPC), or
+plain SSH. It also serves an embedded OpenShell-compatible gateway for tests
+and demos.
+
+The gateway is --gateway URL, else $OPENSHELL_GATEWAY_ENDPOINT, else the
+active OpenShell gateway configuration (~/.config/openshell).`,
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			level := slog.LevelWarn
+			if g.verbose {
+				level = slog.LevelDebug
+			} else if cmd.Name() == "serve" {
+				level = slog.LevelInfo
+			}
+			slog.SetDefault(slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: level})))
+		},
+	}
+	root.SetIn(s.in)
+	root.SetOut(s.out)
+	root.SetErr(s.err)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.gateway, "gateway", "", "OpenShell gateway URL (http:// or https://)")
+	pf.StringVar(&g.ssh, "ssh", "", "reach the sandbox by direct SSH as USER@HOST[:PORT] instead of a gateway")
+	pf.StringVar(&g.sshKey, "ssh-identity", "", "private key file for --ssh (default: ssh-agent)")
+	pf.StringVar(&g.sshKnown, "ssh-known-hosts", "", "known_hosts file for --ssh (default ~/.ssh/known_hosts)")
+	pf.BoolVar(&g.sshInsec, "ssh-insecure-ignore-host-key", false, "accept any SSH host key (anyone on the path can impersonate the host)")
+	pf.StringVar(&g.workspace, "workspace", "", "OpenShell workspace (default $OPENSHELL_WORKSPACE, else \"default\")")
+	pf.BoolVar(&g.json, "json", false, "print results as JSON")
+	pf.BoolVarP(&g.quiet, "quiet", "q", false, "print nothing but errors")
+	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log debug detail to stderr")
+
+	root.AddCommand(newGatewayCmd(g, s), newSandboxCmd(g, s), newExecCmd(g, s))
+	return root
+}
+
+// run executes one ferry invocation and returns its exit code.
+func run(ctx context.Context, args []string, in io.Reader, out, errw io.Writer) int {
+	root := newRoot(streams{in: in, out: out, err: errw})
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	var code exitCode
+	var usage usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &code):
+		return int(code)
+	case errors.As(err, &usage) || isCobraUsage(err):
+		fmt.Fprintf(errw, "ferry: %v\nRun 'ferry --help' for usage.\n", err)
+		return 2
+	default:
+		fmt.Fprintf(errw, "ferry: %s\n", oneLine(err))
+		return 1
+	}
+}
+
+// isCobraUsage recognises the errors cobra makes itself for unknown
+// commands; cobra has no type for them.
+func isCobraUsage(err error) bool {
+	return strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag")
+}
+
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ")), " ")
+}
+
+// exactArgs is cobra.ExactArgs as a usage error.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef("%s takes %d argument(s), got %d", cmd.CommandPath(), n, len(args))
+		}
+		return nil
+	}
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
+	"github.com/ferry-dev/ferry/relay/openshell"
+)
+
+func newSandboxCmd(g *globals, s streams) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sandbox",
+		Short: "Create, inspect and delete sandboxes on the gateway",
+		Args:  exactArgs(0),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return usagef("sandbox needs a subcommand: create, get, delete or list") },
+	}
+	var (
+		image string
+		env   []string
+	)
+	create := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a sandbox and wait until it is ready",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			envMap, err := splitEnv(env)
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			req := &openshellv1.CreateSandboxRequest{Name: args[0], Spec: &openshellv1.SandboxSpec{Environment: envMap}}
+			if image != "" {
+				req.Spec.Template = &openshellv1.SandboxTemplate{Image: image}
+			}
+			sb, err := c.Create(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			return printSandboxes(s.out, g, false, sb)
+		},
+	}
+	create.Flags().StringVar(&image, "image", "", "container image (the gateway's default when empty)")
+	create.Flags().StringArrayVarP(&env, "env", "e", nil, "sandbox environment KEY=VALUE (repeatable; never put secrets here)")
+
+	get := &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show a sandbox",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			sb, err := c.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printSandboxes(s.out, g, false, sb)
+		},
+	}
+	del := &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a sandbox and everything in it",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.Delete(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			switch {
+			case g.json:
+				return json.NewEncoder(s.out).Encode(map[string]any{"name": args[0], "deleted": true})
+			case !g.quiet:
+				fmt.Fprintf(s.out, "deleted %s\n", args[0])
+			}
+			return nil
+		},
+	}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the sandboxes of the workspace",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			all, err := c.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printSandboxes(s.out, g, true, all...)
+		},
+	}
+	cmd.AddCommand(create, get, del, list)
+	return cmd
+}
+
+// sandboxJSON is the stable JSON shape of a sandbox in ferry's output.
+type sandboxJSON struct {
+	Name      string `json:"name"`
+	ID        string `json:"id"`
+	Workspace string `json:"workspace"`
+	Phase     string `json:"phase"`
+	Created   string `json:"created,omitempty"`
+}
+
+func toJSON(sb *openshellv1.Sandbox) sandboxJSON {
+	j := sandboxJSON{
+		Name:      sb.GetMetadata().GetName(),
+		ID:        sb.GetMetadata().GetId(),
+		Workspace: sb.GetMetadata().GetWorkspace(),
+		Phase:     openshell.PhaseName(sb.GetStatus().GetPhase()),
+	}
+	if ms := sb.GetMetadata().GetCreatedAtMs(); ms > 0 {
+		j.Created = time.UnixMilli(ms).UTC().Format(time.RFC3339)
+	}
+	return j
+}
+
+func printSandboxes(w io.Writer, g *globals, list bool, sbs ...*openshellv1.Sandbox) error {
+	if g.json {
+		enc := json.NewEncoder(w)
+		if !list {
+			return enc.Encode(toJSON(sbs[0]))
+		}
+		out := make([]sandboxJSON, 0, len(sbs))
+		for _, sb := range sbs {
+			out = append(out, toJSON(sb))
+		}
+		return enc.Encode(out)
+	}
+	if g.quiet {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tPHASE\tID\tCREATED")
+	for _, sb := range sbs {
+		j := toJSON(sb)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", j.Name, j.Phase, j.ID, j.Created)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"errors"
+	"net"
+	"strings"
+
+	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/relay/openshell"
+	"github.com/ferry-dev/ferry/relay/sshexec"
+)
+
+// client dials the gateway the global flags and OpenShell settings name.
+func (g *globals) client() (*openshell.Client, error) {
+	if g.ssh != "" {
+		return nil, usagef("--ssh reaches one machine directly; sandbox commands need a gateway")
+	}
+	settings, err := openshell.Resolve(openshell.Sources{Endpoint: g.gateway})
+	if err != nil {
+		return nil, err
+	}
+	if g.workspace != "" {
+		settings.Workspace = g.workspace
+	}
+	return openshell.Dial(openshell.Config{Settings: settings})
+}
+
+// execer returns the channel to run commands on, and its closer.
+func (g *globals) execer() (relay.Execer, func(), error) {
+	if g.ssh == "" {
+		c, err := g.client()
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, func() { c.Close() }, nil
+	}
+	user, addr, err := parseSSH(g.ssh)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := sshexec.New(sshexec.Config{
+		User:                  user,
+		Addr:                  addr,
+		IdentityFile:          g.sshKey,
+		KnownHostsFile:        g.sshKnown,
+		InsecureIgnoreHostKey: g.sshInsec,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, func() { c.Close() }, nil
+}
+
+// parseSSH splits USER@HOST[:PORT]; USER may be left out.
+func parseSSH(s string) (user, addr string, err error) {
+	host := s
+	if i := strings.LastIndex(s, "@"); i >= 0 {
+		user, host = s[:i], s[i+1:]
+	}
+	if host == "" {
+		return "", "", usagef("--ssh %q: no host", s)
+	}
+	if _, _, err := net.SplitHostPort(host); err != nil {
+		var addrErr *net.AddrError
+		if !errors.As(err, &addrErr) || !strings.Contains(addrErr.Err, "missing port") {
+			return "", "", usagef("--ssh %q: %v", s, err)
+		}
+		host = net.JoinHostPort(strings.Trim(host, "[]"), "22")
+	}
+	return user, host, nil
+}
+
+func splitEnv(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	env := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usagef("--env %q: want KEY=VALUE", kv)
+		}
+		env[k] = v
+	}
+	return env, nil
+}
