@@ -10,9 +10,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/ferry-dev/ferry/relay/grpcbuf"
 )
 
 func main() {
+	grpcbuf.Install()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

@@ -18,7 +18,9 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 		Use:   "sandbox",
 		Short: "Create, inspect and delete sandboxes on the gateway",
 		Args:  exactArgs(0),
-		RunE:  func(cmd *cobra.Command, _ []string) error { return usagef("sandbox needs a subcommand: create, get, delete or list") },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usagef("sandbox needs a subcommand: create, get, delete or list")
+		},
 	}
 	var (
 		image string

@@ -8,11 +8,16 @@ import (
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/gateway"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
+	"github.com/ferry-dev/ferry/relay/grpcbuf"
 	"github.com/ferry-dev/ferry/relay/openshell"
 	"github.com/ferry-dev/ferry/relay/relaytest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// As the ferry binary does, so tests and benchmarks run its data path.
+	grpcbuf.Install()
+	goleak.VerifyTestMain(m)
+}
 
 // TestConformance runs the relay suite through ferry's OpenShell client
 // against the embedded gateway: over mTLS with the streaming RPC, and with

@@ -19,6 +19,11 @@ import (
 	"github.com/ferry-dev/ferry/relay/local"
 )
 
+// outputChunk is the most output one event carries: large enough that
+// per-message costs vanish on bulk streams, and, with the event's framing,
+// still inside a 256 KiB buffer.
+const outputChunk = 256<<10 - 64
+
 // errRelayClosed is upstream's wording for a relay that dropped before the
 // command's exit status: clients see it as UNAVAILABLE.
 var errRelayClosed = status.Error(codes.Unavailable, "exec relay closed before the command reported an exit status")
@@ -143,6 +148,7 @@ func (s *Server) exec(stream eventSender, req *openshellv1.ExecSandboxRequest, s
 		Env:            s.environ(sb.dir, pb),
 		Shell:          s.cfg.Shell,
 		KilledExitCode: 1,
+		ChunkSize:      outputChunk,
 	})
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())

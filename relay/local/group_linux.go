@@ -1,8 +1,11 @@
 package local
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // setGroup makes the child lead its own process group, so that one signal
@@ -13,4 +16,15 @@ func setGroup(c *exec.Cmd) {
 
 func killGroup(pid int) {
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
+}
+
+// growPipe asks for a pipe buffer of at least n bytes (Linux's default is
+// 64 KiB); failure only costs speed.
+func growPipe(f *os.File, n int) {
+	if n <= 64<<10 {
+		return
+	}
+	if sc, err := f.SyscallConn(); err == nil {
+		_ = sc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, n) })
+	}
 }

@@ -35,6 +35,9 @@ type Config struct {
 	// for its output pipes to close (a background child may hold them).
 	// Past it the process group is killed. Default 1s.
 	OutputGrace time.Duration
+	// ChunkSize is the largest piece of output handed to Stdout or Stderr
+	// in one Write. Default 32 KiB.
+	ChunkSize int
 	// CutAfter is a fault-injection hook for tests: when positive, the
 	// channel breaks once that many bytes of output have been delivered, as
 	// a relay dropping mid-stream would, and Exec returns relay.ErrRelayLost.
@@ -52,6 +55,12 @@ var _ relay.Execer = (*Runner)(nil)
 func New(cfg Config) (*Runner, error) {
 	if cfg.OutputGrace == 0 {
 		cfg.OutputGrace = time.Second
+	}
+	if cfg.ChunkSize == 0 {
+		cfg.ChunkSize = chunk
+	}
+	if cfg.ChunkSize < 0 {
+		return nil, errors.New("local: negative ChunkSize")
 	}
 	if cfg.OutputGrace < 0 {
 		return nil, errors.New("local: negative OutputGrace")
@@ -99,6 +108,9 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 		closeAll(inR, inW, outR, outW)
 		return 0, fmt.Errorf("create stderr pipe: %w", err)
 	}
+	// Bigger pipes mean fewer, larger reads on a bulk stream.
+	growPipe(outW, r.cfg.ChunkSize)
+	growPipe(inW, r.cfg.ChunkSize)
 	c.Stdin, c.Stdout, c.Stderr = inR, outW, errW
 	setGroup(c)
 	if err := c.Start(); err != nil {
@@ -118,7 +130,7 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	// The stdin pump is not waited for: it may be blocked in the caller's
 	// Read, which nothing can interrupt. Closing inW makes its next write
 	// fail, so it ends as soon as that Read returns.
-	go pump(cmd.Stdin, inW)
+	go pump(cmd.Stdin, inW, r.cfg.ChunkSize)
 
 	var cut *cutter
 	stdout, stderr := orDiscard(cmd.Stdout), orDiscard(cmd.Stderr)
@@ -136,7 +148,7 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := copyOut(p.w, p.r); err != nil {
+			if err := copyOut(p.w, p.r, r.cfg.ChunkSize); err != nil {
 				copyErr <- err
 			}
 		}()
@@ -267,12 +279,12 @@ func startFailureCode(err error) (int, bool) {
 	return 0, false
 }
 
-func pump(src io.Reader, dst *os.File) {
+func pump(src io.Reader, dst *os.File, size int) {
 	defer dst.Close()
 	if src == nil {
 		return
 	}
-	buf := make([]byte, chunk)
+	buf := make([]byte, size)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
@@ -288,8 +300,8 @@ func pump(src io.Reader, dst *os.File) {
 
 // copyOut copies until EOF. A failed write is returned; a failed read is
 // the pipe being closed under it, which is EOF to us.
-func copyOut(w io.Writer, r *os.File) error {
-	buf := make([]byte, chunk)
+func copyOut(w io.Writer, r *os.File, size int) error {
+	buf := make([]byte, size)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {

@@ -31,7 +31,8 @@ type Config struct {
 	// KeepAlive is the HTTP/2 ping interval that finds a dead gateway
 	// connection. Default 10s, as the OpenShell CLI.
 	KeepAlive time.Duration
-	// ChunkSize is the stdin bytes per message. Default 256 KiB; at most
+	// ChunkSize is the stdin bytes per message. Default 256 KiB less room
+	// for framing, so a message fits a 256 KiB buffer; at most
 	// relay.MaxMessageSize minus room for framing.
 	ChunkSize int
 	// HeaderWait bounds how long Exec waits for the gateway's response
@@ -70,7 +71,7 @@ func Dial(cfg Config) (*Client, error) {
 		cfg.KeepAlive = 10 * time.Second
 	}
 	if cfg.ChunkSize == 0 {
-		cfg.ChunkSize = 256 << 10
+		cfg.ChunkSize = 256<<10 - 64
 	}
 	if cfg.ChunkSize < 0 || cfg.ChunkSize > maxChunk {
 		return nil, fmt.Errorf("openshell: ChunkSize %d outside 1..%d", cfg.ChunkSize, maxChunk)
@@ -97,6 +98,8 @@ func Dial(cfg Config) (*Client, error) {
 		grpc.WithConnectParams(connectParams(cfg.ConnectTimeout)),
 		grpc.WithInitialWindowSize(windowSize),
 		grpc.WithInitialConnWindowSize(windowSize),
+		grpc.WithWriteBufferSize(ioBuffer),
+		grpc.WithReadBufferSize(ioBuffer),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
 		grpc.WithUserAgent("ferry"),
 	}
@@ -113,7 +116,10 @@ func Dial(cfg Config) (*Client, error) {
 	return &Client{cfg: cfg, conn: conn, api: openshellv1.NewOpenShellClient(conn), ids: map[string]string{}}, nil
 }
 
-const windowSize = 4 << 20
+const (
+	windowSize = 4 << 20
+	ioBuffer   = 256 << 10
+)
 
 // Close closes the connection; running Execs fail.
 func (c *Client) Close() error { return c.conn.Close() }

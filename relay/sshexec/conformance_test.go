@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/ferry-dev/ferry/relay"
-	"github.com/ferry-dev/ferry/relay/internal/sshdtest"
 	"github.com/ferry-dev/ferry/relay/relaytest"
 	"github.com/ferry-dev/ferry/relay/sshexec"
+	"github.com/ferry-dev/ferry/relay/sshexec/sshdtest"
 )
 
 func TestConformance(t *testing.T) {

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/ferry-dev/ferry/relay"
-	"github.com/ferry-dev/ferry/relay/internal/sshdtest"
 	"github.com/ferry-dev/ferry/relay/relaytest"
 	"github.com/ferry-dev/ferry/relay/sshexec"
+	"github.com/ferry-dev/ferry/relay/sshexec/sshdtest"
 )
 
 type result struct {

@@ -14,8 +14,8 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/ferry-dev/ferry/relay"
-	"github.com/ferry-dev/ferry/relay/internal/sshdtest"
 	"github.com/ferry-dev/ferry/relay/sshexec"
+	"github.com/ferry-dev/ferry/relay/sshexec/sshdtest"
 )
 
 func newSigner(t *testing.T) ssh.Signer {

@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/ferry-dev/ferry/relay/internal/sshdtest"
 	"github.com/ferry-dev/ferry/relay/sshexec"
+	"github.com/ferry-dev/ferry/relay/sshexec/sshdtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/ferry-dev/ferry/relay/internal/sshdtest"
+	"github.com/ferry-dev/ferry/relay/sshexec/sshdtest"
 )
 
 // TestStopBeforeStart covers the race the tombstone exists for: a stop that
