@@ -7,7 +7,7 @@ BIN := $(CURDIR)/bin
 FERRY := $(BIN)/ferry
 # Packages the tests drive as real peers: sshd, protoc for the staleness
 # check, busybox and GNU tar as sandbox tools, rsync as a benchmark peer.
-APT_PKGS := openssh-server openssh-client protobuf-compiler libprotobuf-dev busybox tar rsync
+APT_PKGS := openssh-server openssh-client protobuf-compiler libprotobuf-dev busybox tar rsync time bc
 TEST_TIMEOUT ?= 30m
 
 .PHONY: all build deps test vet demo bench proto clean
@@ -29,6 +29,8 @@ deps:
 	[ -f /usr/include/google/protobuf/struct.proto ] || missing="$$missing libprotobuf-dev"; \
 	command -v busybox >/dev/null 2>&1 || missing="$$missing busybox"; \
 	command -v rsync >/dev/null 2>&1 || missing="$$missing rsync"; \
+	[ -x /usr/bin/time ] || missing="$$missing time"; \
+	command -v bc >/dev/null 2>&1 || missing="$$missing bc"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			echo "installing:$$missing"; \
