@@ -1,6 +1,9 @@
 package gateway_test
 
 import (
+	"context"
+	"net"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -57,4 +60,52 @@ func TestConformance(t *testing.T) {
 			relaytest.Run(t, h)
 		})
 	}
+}
+
+// TestConformanceConnectionCut cuts the client's TCP connection itself, not
+// the gateway's stream: what a dropped network does to a transfer.
+func TestConformanceConnectionCut(t *testing.T) {
+	relaytest.Run(t, relaytest.Harness{
+		New: func(t *testing.T) (relay.Execer, string) {
+			g := gatewaytest.Start(t, gatewaytest.Options{})
+			c := g.Client(t, openshell.Config{})
+			g.Sandbox(t, c, "box")
+			return c, "box"
+		},
+		Cut: func(t *testing.T, n int64) (relay.Execer, string) {
+			g := gatewaytest.Start(t, gatewaytest.Options{})
+			g.Sandbox(t, g.Client(t, openshell.Config{}), "box")
+			c := g.Client(t, openshell.Config{Dialer: func(ctx context.Context, addr string) (net.Conn, error) {
+				var d net.Dialer
+				conn, err := d.DialContext(ctx, "tcp", addr)
+				if err != nil {
+					return nil, err
+				}
+				return &cutConn{Conn: conn, left: n}, nil
+			}})
+			return c, "box"
+		},
+		KilledExit: 1,
+		BigSize:    16 << 20,
+	})
+}
+
+// cutConn closes itself once n bytes have been read from it.
+type cutConn struct {
+	net.Conn
+	mu   sync.Mutex
+	left int64
+}
+
+func (c *cutConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.mu.Lock()
+	c.left -= int64(n)
+	cut := c.left <= 0
+	c.mu.Unlock()
+	if cut {
+		c.Conn.Close()
+		return 0, net.ErrClosed
+	}
+	return n, err
 }
