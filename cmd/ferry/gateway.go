@@ -62,7 +62,11 @@ too. The line "listening on ADDR" on stderr tells the address bound.`,
 					return err
 				}
 			}
-			srv, err := gateway.New(gateway.Config{Root: root, Logger: slog.Default()})
+			// The logger PersistentPreRun made for this run: the process-wide
+			// default may be another run's by the time serve stops (tests run
+			// ferry in-process).
+			log := slog.Default()
+			srv, err := gateway.New(gateway.Config{Root: root, Logger: log})
 			if err != nil {
 				return err
 			}
@@ -95,7 +99,7 @@ too. The line "listening on ADDR" on stderr tells the address bound.`,
 				<-stopped
 			}
 			<-served
-			slog.Info("gateway stopped")
+			log.Info("gateway stopped")
 			return nil
 		},
 	}

@@ -16,6 +16,7 @@ import (
 
 func main() {
 	grpcbuf.Install()
+	growPipes(os.Stdin, os.Stdout)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

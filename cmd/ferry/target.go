@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 
@@ -48,7 +50,18 @@ func (g *globals) execer() (relay.Execer, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return c, func() { c.Close() }, nil
+	return sshHints{c}, func() { c.Close() }, nil
+}
+
+// sshHints names the CLI flag where sshexec's errors name its Config field.
+type sshHints struct{ *sshexec.Client }
+
+func (h sshHints) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
+	code, err := h.Client.Exec(ctx, cmd)
+	if errors.Is(err, sshexec.ErrUnknownHostKey) || errors.Is(err, sshexec.ErrHostKeyMismatch) {
+		err = fmt.Errorf("%w (the flag for that is --ssh-insecure-ignore-host-key)", err)
+	}
+	return code, err
 }
 
 // parseSSH splits USER@HOST[:PORT]; USER may be left out.

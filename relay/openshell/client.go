@@ -373,6 +373,8 @@ func statusError(action string, err error) error {
 		sentinel = relay.ErrNotReady
 	case codes.InvalidArgument, codes.ResourceExhausted:
 		sentinel = relay.ErrInvalid
+	case codes.AlreadyExists:
+		sentinel = ErrExists
 	case codes.Canceled:
 		return fmt.Errorf("%s: %w", action, context.Canceled)
 	case codes.DeadlineExceeded:
@@ -380,11 +382,20 @@ func statusError(action string, err error) error {
 	case codes.Unauthenticated, codes.PermissionDenied:
 		sentinel = ErrAuth
 	}
+	msg := st.Message()
 	if sentinel == nil {
 		return fmt.Errorf("%s: %s: %w", action, strings.ToLower(st.Code().String()), err)
 	}
-	return fmt.Errorf("%s: %w: %s", action, sentinel, st.Message())
+	// The gateway's message often repeats the sentinel ("sandbox not
+	// found"); say it once.
+	if msg == "" || strings.HasSuffix(sentinel.Error(), msg) {
+		return fmt.Errorf("%s: %w", action, sentinel)
+	}
+	return fmt.Errorf("%s: %w: %s", action, sentinel, msg)
 }
+
+// ErrExists means a sandbox of that name already exists.
+var ErrExists = errors.New("openshell: sandbox already exists")
 
 // ErrAuth means the gateway refused our credentials.
 var ErrAuth = errors.New("openshell: not authorized")

@@ -134,6 +134,10 @@ func (c *Client) List(ctx context.Context) ([]*openshellv1.Sandbox, error) {
 	}
 }
 
+// ErrInvalidRequest means the gateway refused a lifecycle request's
+// fields, such as a sandbox name.
+var ErrInvalidRequest = errors.New("openshell: invalid request")
+
 // ErrUnreachable means a lifecycle RPC could not reach the gateway (down,
 // refused, TLS handshake failed).
 var ErrUnreachable = errors.New("openshell: gateway unreachable")
@@ -141,8 +145,12 @@ var ErrUnreachable = errors.New("openshell: gateway unreachable")
 // lifecycleError is statusError, except that UNAVAILABLE outside an exec
 // means the gateway itself could not be reached.
 func (c *Client) lifecycleError(action string, err error) error {
-	if status.Code(err) == codes.Unavailable {
+	switch status.Code(err) {
+	case codes.Unavailable:
 		return fmt.Errorf("%s: %w at %s: %s", action, ErrUnreachable, c.cfg.Endpoint, status.Convert(err).Message())
+	case codes.InvalidArgument:
+		// Outside exec it is the request, not a command, that is wrong.
+		return fmt.Errorf("%s: %w: %s", action, ErrInvalidRequest, status.Convert(err).Message())
 	}
 	return statusError(action, err)
 }
