@@ -130,7 +130,8 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	// The stdin pump is not waited for: it may be blocked in the caller's
 	// Read, which nothing can interrupt. Closing inW makes its next write
 	// fail, so it ends as soon as that Read returns.
-	go pump(cmd.Stdin, inW, r.cfg.ChunkSize)
+	stdinErr := make(chan error, 1)
+	go pump(cmd.Stdin, inW, r.cfg.ChunkSize, stdinErr)
 
 	var cut *cutter
 	stdout, stderr := orDiscard(cmd.Stdout), orDiscard(cmd.Stderr)
@@ -184,6 +185,9 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	case <-timeout:
 		finish()
 		return relay.ExitTimeout, nil
+	case err := <-stdinErr:
+		finish()
+		return 0, fmt.Errorf("read stdin: %w", err)
 	case err := <-copyErr:
 		finish()
 		if errors.Is(err, errCut) {
@@ -208,6 +212,13 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 		return 0, ctx.Err()
 	}
 	closeAll(outR, errR)
+	select {
+	case err := <-stdinErr:
+		// The process may have finished on what it had, but its input
+		// was not all there: that is no success.
+		return 0, fmt.Errorf("read stdin: %w", err)
+	default:
+	}
 	select {
 	case err := <-copyErr:
 		if errors.Is(err, errCut) {
@@ -279,9 +290,12 @@ func startFailureCode(err error) (int, bool) {
 	return 0, false
 }
 
-func pump(src io.Reader, dst *os.File, size int) {
-	defer dst.Close()
+// pump copies the caller's stdin to the process. A read error other than
+// EOF is reported on failed without closing dst, so that the process never
+// mistakes a broken input for a complete one; Exec then kills it.
+func pump(src io.Reader, dst *os.File, size int, failed chan<- error) {
 	if src == nil {
+		dst.Close()
 		return
 	}
 	buf := make([]byte, size)
@@ -289,10 +303,16 @@ func pump(src io.Reader, dst *os.File, size int) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
+				dst.Close()
 				return
 			}
 		}
+		if errors.Is(err, io.EOF) {
+			dst.Close()
+			return
+		}
 		if err != nil {
+			failed <- err
 			return
 		}
 	}

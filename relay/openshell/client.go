@@ -250,7 +250,16 @@ func (c *Client) execInteractive(ctx context.Context, id string, cmd *relay.Comm
 	// The pump is the only sender from here on (gRPC allows one sender and
 	// one receiver at a time). It is not waited for: it may be blocked in
 	// the caller's Read; cancel makes its next Send fail.
-	go c.pump(stream, cmd.Stdin)
+	stdinErr := make(chan error, 1)
+	go c.pump(stream, cmd.Stdin, stdinErr, cancel)
+	failed := func(err error) error {
+		select {
+		case serr := <-stdinErr:
+			return fmt.Errorf("read stdin: %w", serr)
+		default:
+			return err
+		}
+	}
 
 	stdout, stderr := orDiscard(cmd.Stdout), orDiscard(cmd.Stderr)
 	exit := -1
@@ -258,12 +267,14 @@ func (c *Client) execInteractive(ctx context.Context, id string, cmd *relay.Comm
 		ev, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
 			if exit < 0 {
-				return 0, fmt.Errorf("exec in %s: %w: stream ended without an exit status", cmd.Sandbox, relay.ErrRelayLost)
+				return 0, failed(fmt.Errorf("exec in %s: %w: stream ended without an exit status", cmd.Sandbox, relay.ErrRelayLost))
 			}
-			return exit, nil
+			// An exit status that raced a broken stdin is still no
+			// success: the process did not get all its input.
+			return exit, failed(nil)
 		}
 		if err != nil {
-			return 0, c.rpcError(ctx, cmd, err)
+			return 0, failed(c.rpcError(ctx, cmd, err))
 		}
 		switch p := ev.GetPayload().(type) {
 		case *openshellv1.ExecSandboxEvent_Stdout:
@@ -280,7 +291,11 @@ func (c *Client) execInteractive(ctx context.Context, id string, cmd *relay.Comm
 	}
 }
 
-func (c *Client) pump(stream grpc.BidiStreamingClient[openshellv1.ExecSandboxInput, openshellv1.ExecSandboxEvent], stdin io.Reader) {
+// pump streams stdin. At EOF it half-closes the stream, which is the
+// process's EOF. On any other read error it reports the error and cancels
+// the RPC instead, so that the gateway kills the process rather than let
+// it take a broken input for a complete one.
+func (c *Client) pump(stream grpc.BidiStreamingClient[openshellv1.ExecSandboxInput, openshellv1.ExecSandboxEvent], stdin io.Reader, failed chan<- error, cancel func()) {
 	if stdin == nil {
 		_ = stream.CloseSend()
 		return
@@ -294,10 +309,13 @@ func (c *Client) pump(stream grpc.BidiStreamingClient[openshellv1.ExecSandboxInp
 				return
 			}
 		}
-		if err != nil {
-			// At EOF the half-close is the child's EOF. On a read error
-			// the child gets EOF too: what it has is all there is.
+		if errors.Is(err, io.EOF) {
 			_ = stream.CloseSend()
+			return
+		}
+		if err != nil {
+			failed <- err
+			cancel()
 			return
 		}
 	}

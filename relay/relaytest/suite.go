@@ -60,6 +60,7 @@ func Run(t *testing.T, h Harness) {
 		{"EnvAndWorkdir", testEnvWorkdir},
 		{"InvalidCommand", testInvalid},
 		{"NoStdinReadAhead", testNoReadAhead},
+		{"StdinReadError", testStdinError},
 		{"StdinNotReadAheadOfConsumer", testStdinPaced},
 		{"CancelKillsProcessTree", testCancel},
 		{"TimeoutExits124", testTimeout},
@@ -72,7 +73,7 @@ func Run(t *testing.T, h Harness) {
 			fn   func(t *testing.T, x relay.Execer, box string, h Harness)
 		}{"StdinTooLarge", testTooLarge})
 	}
-	streamedOnly := map[string]bool{"NoStdinReadAhead": true, "StdinNotReadAheadOfConsumer": true}
+	streamedOnly := map[string]bool{"NoStdinReadAhead": true, "StdinReadError": true, "StdinNotReadAheadOfConsumer": true}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if h.MaxStdin > 0 && streamedOnly[tc.name] {
@@ -273,6 +274,30 @@ func testNoReadAhead(t *testing.T, x relay.Execer, box string, _ Harness) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("exec waited %v on a stdin that never closes", d)
+	}
+}
+
+var errBrokenInput = errors.New("relaytest: broken input")
+
+// failingReader gives n bytes, then fails.
+type failingReader struct{ n int }
+
+func (f *failingReader) Read(p []byte) (int, error) {
+	if f.n == 0 {
+		return 0, errBrokenInput
+	}
+	k := min(len(p), f.n)
+	clear(p[:k])
+	f.n -= k
+	return k, nil
+}
+
+// testStdinError: a stdin that fails part way must fail the exec; the
+// process must not see EOF and report success on half its input.
+func testStdinError(t *testing.T, x relay.Execer, box string, _ Harness) {
+	r := run(ctxFor(t, time.Minute), x, &relay.Command{Sandbox: box, Argv: []string{"wc", "-c"}, Stdin: &failingReader{n: 100 << 10}})
+	if !errors.Is(r.err, errBrokenInput) {
+		t.Fatalf("stdin failing after 100 KiB: code=%d err=%v stdout=%q, want an error wrapping the read error", r.code, r.err, r.stdout)
 	}
 }
 
