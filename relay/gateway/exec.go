@@ -57,6 +57,12 @@ func (s *Server) ExecSandboxInteractive(stream grpc.BidiStreamingServer[openshel
 	if req == nil {
 		return status.Error(codes.InvalidArgument, "first message must be start")
 	}
+	// A start that will be refused is refused before the headers, as
+	// upstream refuses it (trailers-only): clients take headers to mean the
+	// start was accepted and begin to stream stdin they cannot take back.
+	if err := s.admit(req); err != nil {
+		return err
+	}
 	// Headers go out before any output so a client knows the method exists
 	// before it streams stdin it could not take back.
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
@@ -130,7 +136,7 @@ func (s *Server) exec(stream eventSender, req *openshellv1.ExecSandboxRequest, s
 	if !ok {
 		return status.Error(codes.NotFound, "sandbox not found")
 	}
-	pb, _, _ := s.reg.snapshot(sb)
+	pb := s.reg.record(sb)
 	if pb.GetStatus().GetPhase() != openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
 		return status.Error(codes.FailedPrecondition, "sandbox is not ready")
 	}
@@ -190,6 +196,21 @@ func (s *Server) exec(stream eventSender, req *openshellv1.ExecSandboxRequest, s
 	}
 	log.Debug("exec done", "exit_code", code)
 	return send(&openshellv1.ExecSandboxEvent{Payload: &openshellv1.ExecSandboxEvent_Exit{Exit: &openshellv1.ExecSandboxExit{ExitCode: int32(code)}}})
+}
+
+// admit refuses a request as exec would, without running anything.
+func (s *Server) admit(req *openshellv1.ExecSandboxRequest) error {
+	if _, err := s.command(req); err != nil {
+		return err
+	}
+	sb, ok := s.reg.lookup(req.GetSandboxId())
+	if !ok {
+		return status.Error(codes.NotFound, "sandbox not found")
+	}
+	if s.reg.record(sb).GetStatus().GetPhase() != openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
+		return status.Error(codes.FailedPrecondition, "sandbox is not ready")
+	}
+	return nil
 }
 
 // command checks a request against the gateway's limits, in upstream's

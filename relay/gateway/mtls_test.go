@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 	"github.com/ferry-dev/ferry/relay/gateway"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
+	"github.com/ferry-dev/ferry/relay/relaytest"
 )
 
 // The tests in this file and in hostile_test.go talk to the embedded
@@ -126,6 +128,9 @@ type execResult struct {
 	code           int32
 	afterExit      int // events received after the exit event
 	err            error
+	// headers: the server sent response headers (not a trailers-only
+	// refusal). Set by execInteractive only.
+	headers bool
 }
 
 func (r *execResult) String() string {
@@ -204,6 +209,9 @@ func execInteractive(ctx context.Context, c openshellv1.OpenShellClient, req *op
 		_ = s.CloseSend()
 	})
 	collect(r, s.Recv, nil)
+	// The stream has ended, so Header does not block.
+	md, err := s.Header()
+	r.headers = err == nil && md != nil
 	cancel()
 	wg.Wait()
 	return r
@@ -243,13 +251,22 @@ func wantStatus(t testing.TB, err error, code codes.Code, msg string) {
 	}
 }
 
+// newMarker returns a value for FERRY_MARKER. Whatever still carries it
+// when t ends is killed, so that a failing test leaves nothing running (the
+// test has already failed by then if that matters to it).
 func newMarker(t testing.TB) string {
 	t.Helper()
 	b := make([]byte, 8)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
 	}
-	return hex.EncodeToString(b)
+	marker := hex.EncodeToString(b)
+	t.Cleanup(func() {
+		for _, pid := range relaytest.Marked(marker) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	return marker
 }
 
 // TestRawClientLifecycle drives every RPC ferry relies on through a plain
@@ -317,6 +334,9 @@ func TestRawClientLifecycle(t *testing.T) {
 	}
 	r = execInteractive(ctx, c, &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"sh", "-c", "cat; echo done >&2; exit 5"}}, chunks...)
 	wantExit(t, r, 5)
+	if !r.headers {
+		t.Fatal("an accepted interactive exec sent no response headers")
+	}
 	if !bytes.Equal(r.stdout.Bytes(), want) || r.stderr.String() != "done\n" {
 		t.Fatalf("interactive cat: got %d bytes of stdout (equal: %v), stderr %q; want %d bytes", r.stdout.Len(), bytes.Equal(r.stdout.Bytes(), want), r.stderr.String(), len(want))
 	}

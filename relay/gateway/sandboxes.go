@@ -48,7 +48,13 @@ type sandbox struct {
 	cancels map[*execTicket]func()
 }
 
-type execTicket struct{}
+// execTicket is one running exec; done is closed once it has ended.
+type execTicket struct{ done chan struct{} }
+
+// execStopTimeout bounds how long DeleteSandbox waits for the execs it
+// stopped. Their process groups are killed at once; what may linger is an
+// RPC blocked sending output to a client that does not read.
+const execStopTimeout = 5 * time.Second
 
 // registry holds the sandboxes and persists their records under
 // root/.gateway so that a restarted gateway knows them again.
@@ -200,6 +206,14 @@ func (r *registry) lookup(id string) (*sandbox, bool) {
 	return sb, ok
 }
 
+// record returns a copy of sb's record. Unlike snapshot it registers no
+// watch, which would stay in sb.watch until the sandbox next changes.
+func (r *registry) record(sb *sandbox) *openshellv1.Sandbox {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return proto.Clone(sb.pb).(*openshellv1.Sandbox)
+}
+
 // snapshot returns a copy of sb's record, whether it is gone, and a channel
 // closed at its next change.
 func (r *registry) snapshot(sb *sandbox) (*openshellv1.Sandbox, bool, <-chan struct{}) {
@@ -234,12 +248,13 @@ func (r *registry) track(id string, cancel func()) (untrack func(), ok bool) {
 	if !ok {
 		return nil, false
 	}
-	t := &execTicket{}
+	t := &execTicket{done: make(chan struct{})}
 	sb.cancels[t] = cancel
 	return func() {
 		r.mu.Lock()
 		delete(sb.cancels, t)
 		r.mu.Unlock()
+		close(t.done)
 	}, true
 }
 
@@ -254,8 +269,10 @@ func (r *registry) remove(workspace, name string) (bool, error) {
 	}
 	sb.pb.Status.Phase = openshellv1.SandboxPhase_SANDBOX_PHASE_DELETING
 	sb.pb.Metadata.DeletionTimestampMs = time.Now().UnixMilli()
-	for _, cancel := range sb.cancels {
+	var running []*execTicket
+	for t, cancel := range sb.cancels {
 		cancel()
+		running = append(running, t)
 	}
 	sb.gone = true
 	r.notify(sb)
@@ -263,6 +280,18 @@ func (r *registry) remove(workspace, name string) (bool, error) {
 	delete(r.name, key(sb.pb.GetMetadata().GetWorkspace(), name))
 	r.mu.Unlock()
 
+	// Until its exec has ended, a process may still be creating files in
+	// the directory, and RemoveAll racing it fails with ENOTEMPTY.
+	wait := time.NewTimer(execStopTimeout)
+	defer wait.Stop()
+waitExecs:
+	for _, t := range running {
+		select {
+		case <-t.done:
+		case <-wait.C:
+			break waitExecs
+		}
+	}
 	err := os.RemoveAll(sb.dir)
 	if rerr := os.Remove(filepath.Join(r.metaDir(), name+".json")); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
 		err = rerr

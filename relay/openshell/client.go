@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -157,9 +158,17 @@ func (c *Client) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	var in *touchReader
+	if cmd.Stdin != nil {
+		in = &touchReader{r: cmd.Stdin}
+		c2 := *cmd
+		c2.Stdin = in
+		cmd = &c2
+	}
 	code, err := c.execOnce(ctx, id, cmd)
-	if errors.Is(err, relay.ErrNotFound) {
+	if errors.Is(err, relay.ErrNotFound) && !in.wasRead() {
 		// The id may be stale: the sandbox was recreated under its name.
+		// Retrying is safe only while no stdin has been taken.
 		c.forget(cmd.Sandbox)
 		if id2, err2 := c.SandboxID(ctx, cmd.Sandbox); err2 == nil && id2 != id {
 			return c.execOnce(ctx, id2, cmd)
@@ -184,6 +193,19 @@ func (c *Client) execOnce(ctx context.Context, id string, cmd *relay.Command) (i
 	}
 	return code, err
 }
+
+// touchReader remembers whether anything was read from it.
+type touchReader struct {
+	r    io.Reader
+	read atomic.Bool
+}
+
+func (t *touchReader) Read(p []byte) (int, error) {
+	t.read.Store(true)
+	return t.r.Read(p)
+}
+
+func (t *touchReader) wasRead() bool { return t != nil && t.read.Load() }
 
 var errUnimplemented = errors.New("openshell: ExecSandboxInteractive not implemented")
 
