@@ -283,34 +283,13 @@ func (c *Client) execInteractive(ctx context.Context, id string, cmd *relay.Comm
 		}
 	}
 
-	stdout, stderr := orDiscard(cmd.Stdout), orDiscard(cmd.Stderr)
-	exit := -1
-	for {
-		ev, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			if exit < 0 {
-				return 0, failed(fmt.Errorf("exec in %s: %w: stream ended without an exit status", cmd.Sandbox, relay.ErrRelayLost))
-			}
-			// An exit status that raced a broken stdin is still no
-			// success: the process did not get all its input.
-			return exit, failed(nil)
-		}
-		if err != nil {
-			return 0, failed(c.rpcError(ctx, cmd, err))
-		}
-		switch p := ev.GetPayload().(type) {
-		case *openshellv1.ExecSandboxEvent_Stdout:
-			if _, err := stdout.Write(p.Stdout.GetData()); err != nil {
-				return 0, fmt.Errorf("write stdout: %w", err)
-			}
-		case *openshellv1.ExecSandboxEvent_Stderr:
-			if _, err := stderr.Write(p.Stderr.GetData()); err != nil {
-				return 0, fmt.Errorf("write stderr: %w", err)
-			}
-		case *openshellv1.ExecSandboxEvent_Exit:
-			exit = int(p.Exit.GetExitCode())
-		}
+	code, err := c.deliver(ctx, stream, cmd)
+	if err != nil {
+		return 0, failed(err)
 	}
+	// An exit status that raced a broken stdin is still no success: the
+	// process did not get all its input.
+	return code, failed(nil)
 }
 
 // pump streams stdin. At EOF it half-closes the stream, which is the
@@ -362,6 +341,14 @@ func (c *Client) execOneShot(ctx context.Context, id string, cmd *relay.Command)
 	if err != nil {
 		return 0, c.rpcError(ctx, cmd, err)
 	}
+	return c.deliver(ctx, stream, cmd)
+}
+
+// deliver copies an exec's output events to cmd's writers and returns the
+// exit code. A stream that ends without an exit event is a lost relay.
+func (c *Client) deliver(ctx context.Context, stream interface {
+	Recv() (*openshellv1.ExecSandboxEvent, error)
+}, cmd *relay.Command) (int, error) {
 	stdout, stderr := orDiscard(cmd.Stdout), orDiscard(cmd.Stderr)
 	exit := -1
 	for {
