@@ -4,8 +4,11 @@ package gatewaytest
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +27,62 @@ type Options struct {
 	Config gateway.Config
 }
 
+// Seen is everything a gateway was told about the execs it ran, apart
+// from their stdin: commands, environments, workdirs, and every log line.
+// Tests grep it for secrets.
+type Seen struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (s *Seen) add(line string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lines = append(s.lines, line)
+}
+
+// String joins all that was seen, one item a line.
+func (s *Seen) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Join(s.lines, "\n")
+}
+
+func (s *Seen) Write(p []byte) (int, error) {
+	s.add(string(p))
+	return len(p), nil
+}
+
+func (s *Seen) request(req *openshellv1.ExecSandboxRequest) {
+	if req == nil {
+		return
+	}
+	s.add("argv: " + strings.Join(req.GetCommand(), " "))
+	s.add("workdir: " + req.GetWorkdir())
+	for k, v := range req.GetEnvironment() {
+		s.add("env: " + k + "=" + v)
+	}
+}
+
+// recordingStream notes every exec start that passes through it.
+type recordingStream struct {
+	grpc.ServerStream
+	seen *Seen
+}
+
+func (r *recordingStream) RecvMsg(m any) error {
+	err := r.ServerStream.RecvMsg(m)
+	if err == nil {
+		switch v := m.(type) {
+		case *openshellv1.ExecSandboxRequest:
+			r.seen.request(v)
+		case *openshellv1.ExecSandboxInput:
+			r.seen.request(v.GetStart())
+		}
+	}
+	return err
+}
+
 // Gateway is a running embedded gateway.
 type Gateway struct {
 	Server *gateway.Server
@@ -33,6 +92,9 @@ type Gateway struct {
 	CertDir string
 	// Settings reach this gateway as a ferry client would.
 	Settings openshell.Settings
+	// Seen records every exec request and log line, unless the test set
+	// its own Logger.
+	Seen *Seen
 }
 
 // Start starts a gateway that stops when t ends.
@@ -45,12 +107,18 @@ func Start(t testing.TB, opts Options) *Gateway {
 	if cfg.ReadyDelay == 0 {
 		cfg.ReadyDelay = 10 * time.Millisecond
 	}
+	seen := &Seen{}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(seen, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	srv, err := gateway.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{Server: srv, Root: cfg.Root}
-	sopts := gateway.ServerOptions()
+	g := &Gateway{Server: srv, Root: cfg.Root, Seen: seen}
+	sopts := append(gateway.ServerOptions(), grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return handler(srv, &recordingStream{ServerStream: ss, seen: seen})
+	}))
 	if !opts.Plaintext {
 		g.CertDir = filepath.Join(t.TempDir(), "certs")
 		if err := gateway.WriteCerts(g.CertDir, nil); err != nil {
