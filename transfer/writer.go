@@ -1,0 +1,240 @@
+package transfer
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// Writer streams a tar archive of local trees in PAX format: nanosecond
+// mtimes, names and link targets of any length and in any script. Entries
+// carry uid and gid 0 and no user or group names: what is uploaded belongs
+// to whoever extracts it. The output extracts with GNU tar, busybox tar and
+// Extract.
+//
+// Writer does not buffer: headers reach the underlying writer 512 bytes at
+// a time and file data in 256 KiB pieces; wrap it in a bufio.Writer where
+// small writes cost. Writer is not safe for concurrent use. After the first
+// error every method returns it (the archive is broken by then), except
+// that Add refuses a bad name argument without writing anything.
+type Writer struct {
+	tw     *tar.Writer
+	buf    []byte
+	stats  Stats
+	err    error
+	closed bool
+}
+
+var errClosed = errors.New("transfer: writer closed")
+
+// NewWriter returns a Writer that writes the archive to w. Close writes the
+// end of the archive; it does not close w.
+func NewWriter(w io.Writer) *Writer {
+	return &Writer{tw: tar.NewWriter(w)}
+}
+
+// Add writes the tree at the local path src under the archive name name,
+// a slash-separated relative path ("a/b") without ".." components. Name "."
+// or "" puts the entries of a directory src at the archive root (src/x
+// becomes x; src itself, and so its own mode and mtime, is not written);
+// for a src that is not a directory it means filepath.Base(src).
+//
+// A directory is written before its contents, and its contents in
+// byte-wise order of their names, so that the same tree always gives the
+// same archive. Symlinks are stored as links, never followed, dangling ones
+// included; src itself, if a symlink, is stored as a link too. Hard links
+// are stored as separate regular files. Modes keep their permission bits and
+// setuid, setgid and sticky (Extract drops those). A regular file is read
+// up to the size it had when it was listed: one that grows meanwhile is cut
+// there, one that shrinks is an error. A socket, device or FIFO in the
+// source is an error naming its path, wrapping ErrUnsupported. ctx is
+// checked before every entry.
+func (w *Writer) Add(ctx context.Context, src, name string) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.closed {
+		return errClosed
+	}
+	prefix, err := archiveName(name)
+	if err != nil {
+		return fmt.Errorf("add %s: %w", src, err)
+	}
+	fi, err := os.Lstat(src)
+	if err != nil {
+		w.err = fmt.Errorf("add %s: %w", src, err)
+		return w.err
+	}
+	if prefix == "" && !fi.IsDir() {
+		prefix = filepath.Base(src)
+	}
+	if err := w.add(ctx, src, prefix, fi); err != nil {
+		w.err = err
+	}
+	return w.err
+}
+
+// archiveName checks Add's name argument and cleans it; "" is the root.
+func archiveName(name string) (string, error) {
+	if name == "" || name == "." {
+		return "", nil
+	}
+	if strings.IndexByte(name, 0) >= 0 || path.IsAbs(name) {
+		return "", fmt.Errorf("%w: archive name %q", ErrUnsafePath, name)
+	}
+	clean := path.Clean(name)
+	if clean == "." {
+		return "", nil
+	}
+	for c := range strings.SplitSeq(clean, "/") {
+		if c == ".." {
+			return "", fmt.Errorf("%w: archive name %q", ErrUnsafePath, name)
+		}
+	}
+	return clean, nil
+}
+
+// add writes the entry for the local path p, already Lstat'ed as fi, as
+// name ("" for the root of a "." Add, which has no entry of its own).
+func (w *Writer) add(ctx context.Context, p, name string, fi fs.FileInfo) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("add %s: %w", p, err)
+	}
+	hdr := &tar.Header{
+		Name:    name,
+		Mode:    tarMode(fi.Mode()),
+		ModTime: fi.ModTime(),
+		Format:  tar.FormatPAX,
+	}
+	switch mode := fi.Mode(); {
+	case mode.IsDir():
+		if name != "" {
+			hdr.Typeflag = tar.TypeDir
+			hdr.Name += "/"
+			if err := w.tw.WriteHeader(hdr); err != nil {
+				return fmt.Errorf("add %s: %w", p, err)
+			}
+			w.stats.Dirs++
+		}
+		entries, err := os.ReadDir(p) // sorted by name, byte-wise
+		if err != nil {
+			return fmt.Errorf("add %s: %w", p, err)
+		}
+		for _, e := range entries {
+			cp := filepath.Join(p, e.Name())
+			cfi, err := e.Info()
+			if err != nil {
+				return fmt.Errorf("add %s: %w", cp, err)
+			}
+			if err := w.add(ctx, cp, path.Join(name, e.Name()), cfi); err != nil {
+				return err
+			}
+		}
+		return nil
+	case mode&fs.ModeSymlink != 0:
+		target, err := os.Readlink(p)
+		if err != nil {
+			return fmt.Errorf("add %s: %w", p, err)
+		}
+		hdr.Typeflag = tar.TypeSymlink
+		hdr.Linkname = target
+		if err := w.tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("add %s: %w", p, err)
+		}
+		w.stats.Symlinks++
+		return nil
+	case mode.IsRegular():
+		return w.addFile(p, hdr, fi)
+	default:
+		return fmt.Errorf("add %s: %w: %s", p, ErrUnsupported, kindOf(mode))
+	}
+}
+
+func (w *Writer) addFile(p string, hdr *tar.Header, fi fs.FileInfo) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return fmt.Errorf("add %s: %w", p, err)
+	}
+	defer f.Close()
+	// The path may have been replaced since it was listed (by a FIFO, a
+	// symlink to a device): write only the file that was listed.
+	if ofi, err := f.Stat(); err != nil {
+		return fmt.Errorf("add %s: %w", p, err)
+	} else if !os.SameFile(fi, ofi) {
+		return fmt.Errorf("add %s: replaced while being read", p)
+	}
+	hdr.Typeflag = tar.TypeReg
+	hdr.Size = fi.Size()
+	if err := w.tw.WriteHeader(hdr); err != nil {
+		return fmt.Errorf("add %s: %w", p, err)
+	}
+	if w.buf == nil {
+		w.buf = make([]byte, 256<<10)
+	}
+	n, err := io.CopyBuffer(onlyWriter{w.tw}, onlyReader{io.LimitReader(f, hdr.Size)}, w.buf)
+	w.stats.Bytes += n
+	if err != nil {
+		return fmt.Errorf("add %s: %w", p, err)
+	}
+	if n < hdr.Size {
+		return fmt.Errorf("add %s: file shrank from %d to %d bytes while being read", p, hdr.Size, n)
+	}
+	w.stats.Files++
+	return nil
+}
+
+// tarMode maps a Go file mode to tar's mode field: permission bits plus
+// setuid (04000), setgid (02000) and sticky (01000).
+func tarMode(m fs.FileMode) int64 {
+	mode := int64(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		mode |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		mode |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		mode |= 0o1000
+	}
+	return mode
+}
+
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeNamedPipe != 0:
+		return "FIFO"
+	case m&fs.ModeCharDevice != 0:
+		return "character device"
+	case m&fs.ModeDevice != 0:
+		return "block device"
+	}
+	return "irregular file"
+}
+
+// Stats counts what has been written so far.
+func (w *Writer) Stats() Stats { return w.stats }
+
+// Close writes the end-of-archive blocks. It does not close the underlying
+// writer. A second Close returns nil.
+func (w *Writer) Close() error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	if err := w.tw.Close(); err != nil {
+		w.err = fmt.Errorf("close archive: %w", err)
+	}
+	return w.err
+}
