@@ -1,0 +1,313 @@
+package ferry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/posix"
+)
+
+// Sandbox is one sandbox reached through an exec channel.
+type Sandbox struct {
+	X    relay.Execer
+	Name string
+}
+
+func (s Sandbox) remote() posix.Remote { return posix.Remote{X: s.X, Sandbox: s.Name} }
+
+// CopyStats is what a copy moved, in the shape `ferry cp --json` prints.
+type CopyStats struct {
+	Files     int64   `json:"files"`
+	Dirs      int64   `json:"dirs"`
+	Symlinks  int64   `json:"symlinks"`
+	Bytes     int64   `json:"bytes"`
+	WireBytes int64   `json:"wire_bytes"`
+	Seconds   float64 `json:"seconds"`
+	Mode      string  `json:"mode"`
+}
+
+var (
+	// ErrNoSource means a source named in a copy does not exist.
+	ErrNoSource = errors.New("ferry: no such source")
+	// ErrNotDir means the destination must be an existing directory (several
+	// sources, a trailing slash) and is not.
+	ErrNotDir = errors.New("ferry: destination is not a directory")
+	// ErrEmpty means a copy that was asked for something moved nothing.
+	ErrEmpty = errors.New("ferry: nothing transferred")
+)
+
+// contents reports whether p asks for a directory's contents ("dir/.").
+func contents(p string) bool {
+	return p == "." || strings.HasSuffix(p, "/.")
+}
+
+// Upload copies local sources to dst in the sandbox with `cp -r`
+// semantics: a directory into an existing directory lands as
+// dst/basename, a directory to a missing path creates it with the
+// directory's contents, "src/." copies the contents, a file to a missing
+// path is a rename, and several sources need an existing directory.
+func Upload(ctx context.Context, sb Sandbox, srcs []string, dst string) (CopyStats, error) {
+	start := time.Now()
+	if len(srcs) == 0 {
+		return CopyStats{}, errors.New("upload: no sources")
+	}
+	type source struct {
+		path string
+		info os.FileInfo
+	}
+	var sources []source
+	for _, s := range srcs {
+		fi, err := os.Lstat(s)
+		if err != nil {
+			return CopyStats{}, fmt.Errorf("upload %s: %w", s, ErrNoSource)
+		}
+		sources = append(sources, source{s, fi})
+	}
+	r := sb.remote()
+	// A destination is followed through a symlink, as cp does.
+	kind, err := r.StatFollow(ctx, dst)
+	if err != nil {
+		return CopyStats{}, fmt.Errorf("upload: stat %s:%s: %w", sb.Name, dst, err)
+	}
+	dstIsDir := kind == posix.Dir
+	if (len(sources) > 1 || strings.HasSuffix(dst, "/")) && !dstIsDir {
+		if kind == posix.Missing && len(sources) == 1 && sources[0].info.IsDir() {
+			// "cp -r dir new/" creates new.
+		} else {
+			return CopyStats{}, fmt.Errorf("upload to %s:%s: %w", sb.Name, dst, ErrNotDir)
+		}
+	}
+
+	// Decide what the archive holds and where it lands.
+	type item struct{ src, name string }
+	var items []item
+	var place posix.Placement
+	remoteDest := dst
+	switch {
+	case dstIsDir:
+		place = posix.PlaceInto
+		for _, s := range sources {
+			if s.info.IsDir() && contents(s.path) {
+				items = append(items, item{s.path, "."})
+			} else {
+				items = append(items, item{s.path, filepath.Base(filepath.Clean(s.path))})
+			}
+		}
+	case sources[0].info.IsDir():
+		if kind != posix.Missing {
+			return CopyStats{}, fmt.Errorf("upload %s to %s:%s: cannot overwrite a non-directory with a directory", sources[0].path, sb.Name, dst)
+		}
+		place = posix.PlaceNew
+		items = append(items, item{sources[0].path, "."})
+	default:
+		// A file (or symlink) to a missing path or over a file: it lands
+		// in dst's parent under dst's name, and a missing parent is made.
+		remoteDest = path.Dir(strings.TrimSuffix(dst, "/"))
+		items = append(items, item{sources[0].path, path.Base(dst)})
+		pk, err := r.StatFollow(ctx, remoteDest)
+		if err != nil {
+			return CopyStats{}, fmt.Errorf("upload: stat %s:%s: %w", sb.Name, remoteDest, err)
+		}
+		switch pk {
+		case posix.Dir:
+			place = posix.PlaceInto
+		case posix.Missing:
+			place = posix.PlaceNew
+		default:
+			return CopyStats{}, fmt.Errorf("upload to %s:%s: %w", sb.Name, remoteDest, ErrNotDir)
+		}
+	}
+
+	pr, pw := io.Pipe()
+	w := transfer.NewWriter(pw)
+	werr := make(chan error, 1)
+	go func() {
+		var err error
+		for _, it := range items {
+			if err = w.Add(ctx, it.src, it.name); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = w.Close()
+		}
+		pw.CloseWithError(err)
+		werr <- err
+	}()
+	// The remote side counts what it extracted and must find this many:
+	// a stream that a relay ended early between two entries is caught.
+	var want int64
+	for _, it := range items {
+		n, err := countEntries(it.src, it.name)
+		if err != nil {
+			pr.CloseWithError(err)
+			<-werr
+			return CopyStats{}, fmt.Errorf("upload %s: %w", it.src, err)
+		}
+		want += n
+	}
+	res, err := r.Upload(ctx, pr, remoteDest, place, want)
+	pr.CloseWithError(io.ErrClosedPipe)
+	if wErr := <-werr; wErr != nil && err == nil {
+		err = wErr
+	}
+	if err != nil {
+		return CopyStats{}, fmt.Errorf("upload to %s:%s: %w", sb.Name, dst, err)
+	}
+	st := w.Stats()
+	return CopyStats{Files: st.Files, Dirs: st.Dirs, Symlinks: st.Symlinks, Bytes: st.Bytes, WireBytes: res.WireBytes, Seconds: time.Since(start).Seconds(), Mode: "posix"}, nil
+}
+
+// countEntries is how many archive entries Writer.Add(src, name) makes:
+// everything under src, without src itself when its contents go to the
+// archive root (name ".").
+func countEntries(src, name string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(src, func(_ string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if name == "." || name == "" {
+		n--
+	}
+	return n, nil
+}
+
+// Download copies sources in the sandbox to the local dst with the same
+// semantics as Upload. Nothing is placed until the whole stream has been
+// checked.
+func Download(ctx context.Context, sb Sandbox, srcs []string, dst string, limits transfer.Limits) (CopyStats, error) {
+	start := time.Now()
+	if len(srcs) == 0 {
+		return CopyStats{}, errors.New("download: no sources")
+	}
+	r := sb.remote()
+	kinds := make([]posix.Kind, len(srcs))
+	for i, s := range srcs {
+		k, err := r.Stat(ctx, s)
+		if err != nil {
+			return CopyStats{}, fmt.Errorf("download: stat %s:%s: %w", sb.Name, s, err)
+		}
+		if k == posix.Missing {
+			return CopyStats{}, fmt.Errorf("download %s:%s: %w", sb.Name, s, ErrNoSource)
+		}
+		kinds[i] = k
+	}
+	fi, statErr := os.Stat(dst)
+	dstIsDir := statErr == nil && fi.IsDir()
+	if (len(srcs) > 1 || strings.HasSuffix(dst, string(os.PathSeparator))) && !dstIsDir {
+		if !(statErr != nil && len(srcs) == 1 && kinds[0] == posix.Dir) {
+			return CopyStats{}, fmt.Errorf("download to %s: %w", dst, ErrNotDir)
+		}
+	}
+	var total CopyStats
+	add := func(cs CopyStats) {
+		total.Files += cs.Files
+		total.Dirs += cs.Dirs
+		total.Symlinks += cs.Symlinks
+		total.Bytes += cs.Bytes
+		total.WireBytes += cs.WireBytes
+	}
+	for i, s := range srcs {
+		clean := path.Clean(s)
+		var dir string
+		var names []string
+		var place transfer.Placement
+		local := dst
+		switch {
+		case kinds[i] == posix.Dir && contents(s):
+			dir, names = clean, []string{"."}
+			place = transfer.PlaceNew
+			if dstIsDir {
+				place = transfer.PlaceInto
+			}
+		case dstIsDir:
+			dir, names = path.Dir(clean), []string{path.Base(clean)}
+			place = transfer.PlaceInto
+		case kinds[i] == posix.Dir:
+			if statErr == nil {
+				return CopyStats{}, fmt.Errorf("download %s:%s to %s: cannot overwrite a non-directory with a directory", sb.Name, s, dst)
+			}
+			dir, names = clean, []string{"."}
+			place = transfer.PlaceNew
+		default:
+			// A file to a missing path or over a file: a rename.
+			cs, err := downloadFileAs(ctx, r, clean, dst, limits)
+			if err != nil {
+				return CopyStats{}, fmt.Errorf("download %s:%s: %w", sb.Name, s, err)
+			}
+			add(cs)
+			continue
+		}
+		cs, err := downloadInto(ctx, r, dir, names, local, place, limits)
+		if err != nil {
+			return CopyStats{}, fmt.Errorf("download %s:%s: %w", sb.Name, s, err)
+		}
+		add(cs)
+	}
+	total.Seconds = time.Since(start).Seconds()
+	total.Mode = "posix"
+	if total.Files+total.Dirs+total.Symlinks == 0 {
+		return total, fmt.Errorf("download %s from %s: %w", strings.Join(srcs, " "), sb.Name, ErrEmpty)
+	}
+	return total, nil
+}
+
+func downloadInto(ctx context.Context, r posix.Remote, dir string, names []string, local string, place transfer.Placement, limits transfer.Limits) (CopyStats, error) {
+	pr, pw := io.Pipe()
+	type ext struct {
+		st  transfer.Stats
+		err error
+	}
+	done := make(chan ext, 1)
+	go func() {
+		st, err := transfer.Extract(ctx, pr, local, transfer.ExtractOptions{Limits: limits, Place: place})
+		if err == nil {
+			// tar pads its output to a whole record after the end of the
+			// archive; take that, but not an endless stream.
+			if n, _ := io.Copy(io.Discard, io.LimitReader(pr, maxTrailer+1)); n > maxTrailer {
+				err = fmt.Errorf("%d bytes or more after the end of the archive", n)
+			}
+		}
+		// A refusal closes the pipe, which stops the download.
+		pr.CloseWithError(errExtractDone)
+		done <- ext{st, err}
+	}()
+	res, err := r.Download(ctx, dir, names, pw)
+	pw.CloseWithError(err)
+	e := <-done
+	if e.err != nil {
+		// The extractor's refusal names the entry: it comes first.
+		return CopyStats{}, e.err
+	}
+	if err != nil {
+		return CopyStats{}, err
+	}
+	return CopyStats{Files: e.st.Files, Dirs: e.st.Dirs, Symlinks: e.st.Symlinks, Bytes: e.st.Bytes, WireBytes: res.WireBytes}, nil
+}
+
+var errExtractDone = errors.New("ferry: extraction finished")
+
+// maxTrailer bounds what may follow a tar stream's end: GNU tar pads to its
+// 10 KiB record size, busybox to less.
+const maxTrailer = 1 << 20
+
+func downloadFileAs(ctx context.Context, r posix.Remote, src, dst string, limits transfer.Limits) (CopyStats, error) {
+	// The archive's one entry becomes dst, replacing a file there atomically.
+	return downloadInto(ctx, r, path.Dir(src), []string{path.Base(src)}, dst, transfer.PlaceAs, limits)
+}

@@ -1,0 +1,312 @@
+package ferry_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ferry-dev/ferry"
+	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
+	"github.com/ferry-dev/ferry/relay/grpcbuf"
+	"github.com/ferry-dev/ferry/relay/openshell"
+	"github.com/ferry-dev/ferry/transfer"
+)
+
+func TestMain(m *testing.M) {
+	grpcbuf.Install()
+	goleak.VerifyTestMain(m)
+}
+
+// env is one embedded gateway with a sandbox, and the sandbox's directory
+// on this machine, which lets tests look at the remote side directly.
+type env struct {
+	sb   ferry.Sandbox
+	root string // the sandbox's directory
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := g.Client(t, openshell.Config{})
+	g.Sandbox(t, c, "box")
+	return env{sb: ferry.Sandbox{X: c, Name: "box"}, root: filepath.Join(g.Root, "box")}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+// write makes files from a "path: content" map; a path ending in / is a
+// directory.
+func write(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for p, content := range files {
+		full := filepath.Join(root, p)
+		if strings.HasSuffix(p, "/") {
+			if err := os.MkdirAll(full, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// tree lists root as "path: content" (directories end in /).
+func tree(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if rel == "." {
+			return nil
+		}
+		if d.IsDir() {
+			out[rel+"/"] = ""
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		out[rel] = string(b)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func keys(m map[string]string) string {
+	var k []string
+	for p := range m {
+		k = append(k, p)
+	}
+	sort.Strings(k)
+	return strings.Join(k, " ")
+}
+
+func sameTree(t *testing.T, got, want map[string]string) {
+	t.Helper()
+	if keys(got) != keys(want) {
+		t.Fatalf("tree: got %s\nwant %s", keys(got), keys(want))
+	}
+	for p, c := range want {
+		if got[p] != c {
+			t.Fatalf("%s: got %q want %q", p, got[p], c)
+		}
+	}
+}
+
+var src = map[string]string{
+	"dir/a.txt":        "A",
+	"dir/sub/b.txt":    "B",
+	"dir/empty/":       "",
+	"file.txt":         "F",
+	"other.txt":        "O",
+	"dir with space/x": "X",
+}
+
+// TestCopySemantics runs every cp case in both directions through the
+// embedded gateway; each direction must give the same tree.
+func TestCopySemantics(t *testing.T) {
+	cases := []struct {
+		name    string
+		pre     map[string]string // at the destination side before the copy
+		srcs    []string
+		dst     string
+		want    map[string]string // the destination side afterwards
+		wantErr error
+	}{
+		{"DirIntoExistingDir", map[string]string{"d/": ""}, []string{"dir"}, "d",
+			map[string]string{"d/": "", "d/dir/": "", "d/dir/a.txt": "A", "d/dir/sub/": "", "d/dir/sub/b.txt": "B", "d/dir/empty/": ""}, nil},
+		{"DirToMissingPath", nil, []string{"dir"}, "new",
+			map[string]string{"new/": "", "new/a.txt": "A", "new/sub/": "", "new/sub/b.txt": "B", "new/empty/": ""}, nil},
+		{"DirContentsIntoExistingDir", map[string]string{"d/keep": "K"}, []string{"dir/."}, "d",
+			map[string]string{"d/": "", "d/keep": "K", "d/a.txt": "A", "d/sub/": "", "d/sub/b.txt": "B", "d/empty/": ""}, nil},
+		{"FileToMissingPathRenames", nil, []string{"file.txt"}, "renamed.txt",
+			map[string]string{"renamed.txt": "F"}, nil},
+		{"FileIntoExistingDir", map[string]string{"d/": ""}, []string{"file.txt"}, "d",
+			map[string]string{"d/": "", "d/file.txt": "F"}, nil},
+		{"FileOverFile", map[string]string{"t.txt": "old"}, []string{"file.txt"}, "t.txt",
+			map[string]string{"t.txt": "F"}, nil},
+		{"SeveralIntoExistingDir", map[string]string{"d/": ""}, []string{"file.txt", "other.txt", "dir with space"}, "d",
+			map[string]string{"d/": "", "d/file.txt": "F", "d/other.txt": "O", "d/dir with space/": "", "d/dir with space/x": "X"}, nil},
+		{"SeveralToMissingPath", nil, []string{"file.txt", "other.txt"}, "nope",
+			map[string]string{}, ferry.ErrNotDir},
+		{"MissingSource", nil, []string{"absent"}, "d2",
+			map[string]string{}, ferry.ErrNoSource},
+		{"DirOverFile", map[string]string{"t.txt": "old"}, []string{"dir"}, "t.txt",
+			map[string]string{"t.txt": "old"}, errors.New("any")},
+	}
+	for _, dir := range []string{"Upload", "Download"} {
+		t.Run(dir, func(t *testing.T) {
+			e := newEnv(t)
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					// Fresh source and destination roots per case, on the
+					// right sides.
+					local := t.TempDir()
+					remoteRel := "case-" + strings.ToLower(tc.name)
+					remote := filepath.Join(e.root, remoteRel)
+					if err := os.MkdirAll(remote, 0o755); err != nil {
+						t.Fatal(err)
+					}
+					srcRoot, dstRoot := local, remote
+					if dir == "Download" {
+						srcRoot, dstRoot = remote, local
+					}
+					write(t, srcRoot, src)
+					write(t, dstRoot, tc.pre)
+					var err error
+					if dir == "Upload" {
+						var srcs []string
+						for _, s := range tc.srcs {
+							srcs = append(srcs, filepath.Join(local, s)+suffix(s))
+						}
+						_, err = ferry.Upload(ctx(t), e.sb, srcs, remoteRel+"/"+tc.dst)
+					} else {
+						var srcs []string
+						for _, s := range tc.srcs {
+							srcs = append(srcs, remoteRel+"/"+s)
+						}
+						_, err = ferry.Download(ctx(t), e.sb, srcs, filepath.Join(local, tc.dst), transfer.Limits{})
+					}
+					if tc.wantErr != nil {
+						if err == nil {
+							t.Fatal("copy succeeded, want an error")
+						}
+						if tc.wantErr.Error() != "any" && !errors.Is(err, tc.wantErr) {
+							t.Fatalf("err = %v, want %v", err, tc.wantErr)
+						}
+					} else if err != nil {
+						t.Fatal(err)
+					}
+					got := tree(t, dstRoot)
+					want := map[string]string{}
+					for p, c := range tc.want {
+						want[p] = c
+					}
+					sameTree(t, got, want)
+				})
+			}
+		})
+	}
+}
+
+func suffix(s string) string {
+	if strings.HasSuffix(s, "/.") {
+		return "/."
+	}
+	return ""
+}
+
+func TestPull(t *testing.T) {
+	e := newEnv(t)
+	meta := filepath.Join(e.root, "rascal-meta")
+	write(t, meta, map[string]string{"agent.ndjson": "{}\n", "runner.log": "queued\n"})
+	out := t.TempDir()
+	res, err := ferry.Pull(ctx(t), e.sb, "", out, transfer.Limits{})
+	if !errors.Is(err, ferry.ErrNoMeta) {
+		t.Fatalf("without meta.json: err = %v, want ErrNoMeta", err)
+	}
+	sameTree(t, tree(t, out), map[string]string{"agent.ndjson": "{}\n", "runner.log": "queued\n"})
+	if !strings.Contains(strings.Join(res.Missing, " "), "meta.json") {
+		t.Fatalf("missing = %v", res.Missing)
+	}
+	write(t, meta, map[string]string{"meta.json": `{"exit_code":0}`})
+	res, err = ferry.Pull(ctx(t), e.sb, "", out, transfer.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Saved) != 3 {
+		t.Fatalf("saved %v", res.Saved)
+	}
+}
+
+func TestRunPullsAfterFailureAndKeepsSecretsOut(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := g.Client(t, openshell.Config{})
+	g.Sandbox(t, c, "box")
+	sb := ferry.Sandbox{X: c, Name: "box"}
+	local := t.TempDir()
+	const secret = "s3cr3t-token-value-do-not-leak"
+	write(t, local, map[string]string{"instructions.md": "do it", "gh_token": secret})
+	out := filepath.Join(t.TempDir(), "run")
+	var shown strings.Builder
+	// The command proves the secret arrived (by its length and modes, so
+	// that the secret never needs to be in the test's argv), writes
+	// meta.json, and fails: the artifacts must come back anyway.
+	script := `echo working; wc -c < .rascal-secrets/gh_token; stat -c '%a' .rascal-secrets .rascal-secrets/gh_token; ` +
+		`mkdir -p rascal-meta; echo '{"exit_code":7}' > rascal-meta/meta.json; exit 7`
+	res, err := ferry.Run(ctx(t), sb, ferry.RunSpec{
+		Inputs:  []ferry.Mapping{{Local: filepath.Join(local, "instructions.md"), Remote: "rascal-meta/instructions.md"}},
+		Secrets: []ferry.Mapping{{Local: filepath.Join(local, "gh_token"), Remote: ".rascal-secrets/gh_token"}},
+		Argv:    []string{"sh", "-c", script},
+		Out:     out,
+		Stdout:  &shown,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 7 || res.PullErr != nil {
+		t.Fatalf("exit code %d pull err %v, want 7 and nil", res.ExitCode, res.PullErr)
+	}
+	if want := "working\n30\n700\n600\n"; shown.String() != want {
+		t.Fatalf("command output %q, want %q", shown.String(), want)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "meta.json"))
+	if err != nil || !strings.Contains(string(b), `"exit_code":7`) {
+		t.Fatalf("meta.json: %q %v", b, err)
+	}
+	if log, _ := os.ReadFile(filepath.Join(out, "runner.log")); !strings.Contains(string(log), "working") {
+		t.Fatalf("runner.log lacks the command output: %q", log)
+	}
+	if seen := g.Seen.String(); strings.Contains(seen, secret) || !strings.Contains(seen, "argv:") {
+		t.Fatalf("the gateway saw the secret (or nothing at all):\n%s", seen)
+	}
+	// Nothing of the secret may be left in the gateway's own records.
+	filepath.WalkDir(filepath.Join(g.Root, ".gateway"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if b, _ := os.ReadFile(p); strings.Contains(string(b), secret) {
+				t.Errorf("%s holds the secret", p)
+			}
+		}
+		return nil
+	})
+}
+
+func TestRunPullsAfterCancel(t *testing.T) {
+	e := newEnv(t)
+	out := t.TempDir()
+	c, cancel := context.WithCancel(ctx(t))
+	time.AfterFunc(2*time.Second, cancel)
+	_, err := ferry.Run(c, e.sb, ferry.RunSpec{
+		Argv: []string{"sh", "-c", `mkdir -p rascal-meta; echo '{"exit_code":1}' > rascal-meta/meta.json; sleep 600`},
+		Out:  out,
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "meta.json")); err != nil {
+		t.Fatalf("meta.json not pulled after cancel: %v", err)
+	}
+}

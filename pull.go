@@ -1,0 +1,146 @@
+package ferry
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/transfer"
+)
+
+// Artifacts are the files a Rascal worker writes into its meta directory,
+// in the order a reader wants them; meta.json is the one that must be
+// there.
+var Artifacts = []string{
+	"meta.json", "agent.ndjson", "runner.log", "agent_output.txt",
+	"commit_message.txt", "pr_body.md", "run_token_usage.json",
+}
+
+// DefaultMetaDir is where a run's artifacts live in the sandbox, relative
+// to the workspace root (Rascal's /rascal-meta, remapped; rascal.md).
+const DefaultMetaDir = "rascal-meta"
+
+// ErrNoMeta means the pull found no meta.json; the other artifacts were
+// still saved.
+var ErrNoMeta = errors.New("ferry: no meta.json in the sandbox")
+
+// PullResult says which artifacts were saved and which were absent.
+type PullResult struct {
+	Saved     []string `json:"saved"`
+	Missing   []string `json:"missing"`
+	Files     int64    `json:"files"`
+	Bytes     int64    `json:"bytes"`
+	WireBytes int64    `json:"wire_bytes"`
+	Seconds   float64  `json:"seconds"`
+	Mode      string   `json:"mode"`
+}
+
+// Pull saves the run artifacts found in metaDir in the sandbox into out,
+// each file replaced atomically (rename), after the whole stream has been
+// checked. Absent optional files are listed in Missing; an absent
+// meta.json is ErrNoMeta, with everything else still saved.
+func Pull(ctx context.Context, sb Sandbox, metaDir, out string, limits transfer.Limits) (PullResult, error) {
+	start := time.Now()
+	res := PullResult{Mode: "posix"}
+	if metaDir == "" {
+		metaDir = DefaultMetaDir
+	}
+	present, err := listPresent(ctx, sb, metaDir, Artifacts)
+	if err != nil {
+		return res, err
+	}
+	have := map[string]bool{}
+	for _, p := range present {
+		have[p] = true
+	}
+	for _, a := range Artifacts {
+		if !have[a] {
+			res.Missing = append(res.Missing, a)
+		}
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return res, fmt.Errorf("create %s: %w", out, err)
+	}
+	if len(present) > 0 {
+		stage, err := os.MkdirTemp(out, ".ferry-pull-")
+		if err != nil {
+			return res, fmt.Errorf("create staging dir: %w", err)
+		}
+		defer os.RemoveAll(stage)
+		cs, err := downloadInto(ctx, sb.remote(), metaDir, present, stage, transfer.PlaceInto, limits)
+		if err != nil {
+			return res, fmt.Errorf("pull from %s:%s: %w", sb.Name, metaDir, err)
+		}
+		for _, name := range present {
+			fi, err := os.Lstat(filepath.Join(stage, name))
+			if err != nil || !fi.Mode().IsRegular() {
+				return res, fmt.Errorf("pull %s:%s/%s: not a regular file", sb.Name, metaDir, name)
+			}
+		}
+		for _, name := range present {
+			if err := os.Rename(filepath.Join(stage, name), filepath.Join(out, name)); err != nil {
+				return res, fmt.Errorf("place %s: %w", filepath.Join(out, name), err)
+			}
+			res.Saved = append(res.Saved, name)
+		}
+		res.Files, res.Bytes, res.WireBytes = cs.Files, cs.Bytes, cs.WireBytes
+	}
+	res.Seconds = time.Since(start).Seconds()
+	if !have["meta.json"] {
+		return res, fmt.Errorf("pull from %s:%s: %w", sb.Name, metaDir, ErrNoMeta)
+	}
+	return res, nil
+}
+
+// listPresent returns which of names are regular files in dir, with one
+// exec. The names are ferry's own constants, passed as arguments.
+func listPresent(ctx context.Context, sb Sandbox, dir string, names []string) ([]string, error) {
+	const script = `cd -- "$1" 2>/dev/null || exit 0; shift; for f; do if [ -f "$f" ] && [ ! -L "$f" ]; then printf '%s\n' "$f"; fi; done`
+	var out, errb bytes.Buffer
+	code, err := sb.X.Exec(ctx, &relay.Command{
+		Sandbox: sb.Name,
+		Argv:    append([]string{"sh", "-c", script, "sh", dir}, names...),
+		Stdout:  &limitedBuffer{buf: &out, max: 64 << 10},
+		Stderr:  &limitedBuffer{buf: &errb, max: 4 << 10},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %s:%s: %w", sb.Name, dir, err)
+	}
+	if code != 0 {
+		return nil, fmt.Errorf("list %s:%s: exit %d: %s", sb.Name, dir, code, strings.TrimSpace(errb.String()))
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var present []string
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		// A login banner may precede the list; only known names count.
+		if line := sc.Text(); want[line] {
+			present = append(present, line)
+			delete(want, line)
+		}
+	}
+	return present, nil
+}
+
+// limitedBuffer keeps at most max bytes and drops the rest.
+type limitedBuffer struct {
+	buf *bytes.Buffer
+	max int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if room := l.max - l.buf.Len(); room > 0 {
+		l.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}

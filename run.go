@@ -1,0 +1,162 @@
+package ferry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"time"
+
+	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/transfer"
+)
+
+// Mapping is one LOCAL:REMOTE pair.
+type Mapping struct {
+	Local, Remote string
+}
+
+// RunSpec is one Option-B run: inputs in, one command, artifacts out.
+type RunSpec struct {
+	// Inputs are uploaded before the command, with Upload's semantics.
+	Inputs []Mapping
+	// Secrets are uploaded like inputs, through the exec stream's stdin
+	// only, then made 0600 in a 0700 directory. They never appear in an
+	// argv, an environment or a log line.
+	Secrets []Mapping
+	Argv    []string
+	Env     map[string]string
+	Workdir string
+	Timeout time.Duration
+	// Out is the local run directory: artifacts land there, and the
+	// command's output is appended to Out/runner.log.
+	Out string
+	// MetaDir is the sandbox directory the artifacts are pulled from.
+	// Default DefaultMetaDir.
+	MetaDir string
+	// Stdout and Stderr show the command's output live (nil: not shown).
+	Stdout, Stderr io.Writer
+	// PullTimeout bounds the artifact pull after the command, which runs
+	// even when ctx was cancelled. Default 2 minutes.
+	PullTimeout time.Duration
+	Limits      transfer.Limits
+}
+
+// RunResult is what a run did.
+type RunResult struct {
+	ExitCode int        `json:"exit_code"`
+	Pull     PullResult `json:"pull"`
+	PullErr  error      `json:"-"`
+}
+
+// Run uploads spec's inputs and secrets, runs the command, and pulls the
+// artifacts into spec.Out, also after a failure, a timeout or a cancelled
+// ctx, so that meta.json reaches the host however the command ended. The
+// error is the first failure of the run itself; a failed pull after a
+// finished command is reported in RunResult.PullErr (ErrNoMeta included).
+func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
+	var res RunResult
+	if spec.Out == "" {
+		return res, errors.New("run: no output directory")
+	}
+	if spec.PullTimeout == 0 {
+		spec.PullTimeout = 2 * time.Minute
+	}
+	if err := os.MkdirAll(spec.Out, 0o755); err != nil {
+		return res, fmt.Errorf("create %s: %w", spec.Out, err)
+	}
+	for _, in := range spec.Inputs {
+		if _, err := Upload(ctx, sb, []string{in.Local}, in.Remote); err != nil {
+			return res, fmt.Errorf("input %s: %w", in.Local, err)
+		}
+	}
+	for _, s := range spec.Secrets {
+		if err := uploadSecret(ctx, sb, s); err != nil {
+			// The error names paths only, never content.
+			return res, fmt.Errorf("secret %s: %w", s.Local, err)
+		}
+	}
+
+	// The live output goes to a side file first: the pull below replaces
+	// runner.log with the sandbox's, and the live output is appended after.
+	live, err := os.CreateTemp(spec.Out, ".runner.log.live-")
+	if err != nil {
+		return res, fmt.Errorf("create log: %w", err)
+	}
+	defer os.Remove(live.Name())
+	defer live.Close()
+	stdout, stderr := io.Writer(live), io.Writer(live)
+	if spec.Stdout != nil {
+		stdout = io.MultiWriter(spec.Stdout, live)
+	}
+	if spec.Stderr != nil {
+		stderr = io.MultiWriter(spec.Stderr, live)
+	}
+	code, execErr := sb.X.Exec(ctx, &relay.Command{
+		Sandbox: sb.Name,
+		Argv:    spec.Argv,
+		Env:     spec.Env,
+		Workdir: spec.Workdir,
+		Timeout: spec.Timeout,
+		Stdout:  stdout,
+		Stderr:  stderr,
+	})
+	res.ExitCode = code
+
+	// Pull whatever happened: Rascal reads meta.json even from a failed
+	// run. A cancelled ctx must not stop it, so it gets its own deadline.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spec.PullTimeout)
+	defer cancel()
+	res.Pull, res.PullErr = Pull(pctx, sb, spec.MetaDir, spec.Out, spec.Limits)
+	if err := appendFile(filepath.Join(spec.Out, "runner.log"), live); err != nil && execErr == nil {
+		execErr = err
+	}
+	if execErr != nil {
+		return res, fmt.Errorf("run %s in %s: %w", spec.Argv[0], sb.Name, execErr)
+	}
+	return res, nil
+}
+
+func appendFile(dst string, src *os.File) error {
+	if _, err := src.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("rewind log: %w", err)
+	}
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dst, err)
+	}
+	if _, err := io.Copy(f, src); err != nil {
+		f.Close()
+		return fmt.Errorf("append to %s: %w", dst, err)
+	}
+	return f.Close()
+}
+
+// uploadSecret uploads one secret file and then tightens its modes. The
+// content travels only in the tar stream on stdin; the follow-up chmod
+// names paths, nothing else.
+func uploadSecret(ctx context.Context, sb Sandbox, m Mapping) error {
+	fi, err := os.Stat(m.Local)
+	if err != nil {
+		return fmt.Errorf("stat: %w", ErrNoSource)
+	}
+	if !fi.Mode().IsRegular() {
+		return errors.New("a secret must be a regular file")
+	}
+	dir := path.Dir(m.Remote)
+	const script = `mkdir -p -- "$1" && chmod 700 -- "$1"`
+	if code, err := sb.X.Exec(ctx, &relay.Command{Sandbox: sb.Name, Argv: []string{"sh", "-c", script, "sh", dir}}); err != nil || code != 0 {
+		return fmt.Errorf("prepare %s:%s: exit %d: %v", sb.Name, dir, code, err)
+	}
+	if _, err := Upload(ctx, sb, []string{m.Local}, m.Remote); err != nil {
+		return err
+	}
+	const fix = `chmod 600 -- "$1"`
+	if code, err := sb.X.Exec(ctx, &relay.Command{Sandbox: sb.Name, Argv: []string{"sh", "-c", fix, "sh", m.Remote}}); err != nil || code != 0 {
+		return fmt.Errorf("chmod %s:%s: exit %d: %v", sb.Name, m.Remote, code, err)
+	}
+	return nil
+}
