@@ -51,8 +51,8 @@ type runResult struct {
 	stdout, stderr string
 }
 
-// ferry runs the CLI in-process with args and stdin (nil: empty).
-func ferry(t *testing.T, stdin io.Reader, args ...string) runResult {
+// runFerry runs the CLI in-process with args and stdin (nil: empty).
+func runFerry(t *testing.T, stdin io.Reader, args ...string) runResult {
 	t.Helper()
 	if stdin == nil {
 		stdin = strings.NewReader("")
@@ -220,13 +220,16 @@ func TestHelpGolden(t *testing.T) {
 		{"sandbox", "delete"},
 		{"sandbox", "list"},
 		{"exec"},
+		{"cp"},
+		{"pull"},
+		{"run"},
 	} {
 		name := "ferry"
 		if len(path) > 0 {
 			name = strings.Join(path, "-")
 		}
 		t.Run(name, func(t *testing.T) {
-			r := ferry(t, nil, append(path, "--help")...)
+			r := runFerry(t, nil, append(path, "--help")...)
 			wantOK(t, r)
 			golden(t, filepath.Join("help", name+".golden"), r.stdout)
 		})
@@ -276,62 +279,62 @@ func normalizeJSON(t *testing.T, out string) string {
 func TestSandboxLifecycle(t *testing.T) {
 	activeGateway(t)
 
-	r := ferry(t, nil, "sandbox", "create", "alpha")
+	r := runFerry(t, nil, "sandbox", "create", "alpha")
 	wantOK(t, r)
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "NAME") || !strings.HasPrefix(lines[1], "alpha ") || !strings.Contains(lines[1], " ready ") {
 		t.Fatalf("create printed %q, want a header and a row for alpha, ready", r.stdout)
 	}
 
-	r = ferry(t, nil, "--json", "sandbox", "create", "beta")
+	r = runFerry(t, nil, "--json", "sandbox", "create", "beta")
 	wantOK(t, r)
 	golden(t, "json/create.golden", normalizeJSON(t, r.stdout))
 
-	r = ferry(t, nil, "sandbox", "get", "--json", "alpha")
+	r = runFerry(t, nil, "sandbox", "get", "--json", "alpha")
 	wantOK(t, r)
 	golden(t, "json/get.golden", normalizeJSON(t, r.stdout))
 
-	r = ferry(t, nil, "sandbox", "list", "--json")
+	r = runFerry(t, nil, "sandbox", "list", "--json")
 	wantOK(t, r)
 	golden(t, "json/list.golden", normalizeJSON(t, r.stdout))
 
-	r = ferry(t, nil, "sandbox", "list")
+	r = runFerry(t, nil, "sandbox", "list")
 	wantOK(t, r)
 	if lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n"); len(lines) != 3 ||
 		!strings.HasPrefix(lines[1], "alpha ") || !strings.HasPrefix(lines[2], "beta ") {
 		t.Errorf("list printed %q, want a header, alpha and beta", r.stdout)
 	}
 
-	r = ferry(t, nil, "--quiet", "sandbox", "create", "gamma")
+	r = runFerry(t, nil, "--quiet", "sandbox", "create", "gamma")
 	wantOK(t, r)
 	if r.stdout != "" {
 		t.Errorf("create --quiet printed %q", r.stdout)
 	}
 
-	wantFailure(t, ferry(t, nil, "sandbox", "get", "nosuch"), "nosuch", "not found")
-	wantFailure(t, ferry(t, nil, "sandbox", "create", "alpha"), "alpha", "exists")
-	wantFailure(t, ferry(t, nil, "sandbox", "create", "Bad_Name"), "Bad_Name")
+	wantFailure(t, runFerry(t, nil, "sandbox", "get", "nosuch"), "nosuch", "not found")
+	wantFailure(t, runFerry(t, nil, "sandbox", "create", "alpha"), "alpha", "exists")
+	wantFailure(t, runFerry(t, nil, "sandbox", "create", "Bad_Name"), "Bad_Name")
 
-	r = ferry(t, nil, "sandbox", "delete", "alpha")
+	r = runFerry(t, nil, "sandbox", "delete", "alpha")
 	wantOK(t, r)
 	if r.stdout != "deleted alpha\n" {
 		t.Errorf("delete printed %q, want \"deleted alpha\\n\"", r.stdout)
 	}
-	r = ferry(t, nil, "--json", "sandbox", "delete", "beta")
+	r = runFerry(t, nil, "--json", "sandbox", "delete", "beta")
 	wantOK(t, r)
 	golden(t, "json/delete.golden", normalizeJSON(t, r.stdout))
 
-	wantFailure(t, ferry(t, nil, "sandbox", "delete", "alpha"), "alpha", "not found")
-	wantFailure(t, ferry(t, nil, "sandbox", "get", "beta"), "beta", "not found")
+	wantFailure(t, runFerry(t, nil, "sandbox", "delete", "alpha"), "alpha", "not found")
+	wantFailure(t, runFerry(t, nil, "sandbox", "get", "beta"), "beta", "not found")
 
-	r = ferry(t, nil, "--json", "sandbox", "list")
+	r = runFerry(t, nil, "--json", "sandbox", "list")
 	wantOK(t, r)
 	if got := normalizeJSON(t, r.stdout); got != `[{"name":"gamma","id":"ID","workspace":"default","phase":"ready","created":"CREATED"}]`+"\n" {
 		t.Errorf("list after deletes printed %q, want only gamma", got)
 	}
 
 	// A workspace is a separate namespace.
-	r = ferry(t, nil, "--workspace", "other", "--json", "sandbox", "list")
+	r = runFerry(t, nil, "--workspace", "other", "--json", "sandbox", "list")
 	wantOK(t, r)
 	if r.stdout != "[]\n" {
 		t.Errorf("list in another workspace printed %q, want []", r.stdout)
@@ -340,12 +343,12 @@ func TestSandboxLifecycle(t *testing.T) {
 
 func TestExec(t *testing.T) {
 	g := activeGateway(t)
-	wantOK(t, ferry(t, nil, "sandbox", "create", "box"))
+	wantOK(t, runFerry(t, nil, "sandbox", "create", "box"))
 
 	t.Run("stdin", func(t *testing.T) {
 		data := make([]byte, 5<<20)
 		rand.Read(data)
-		r := ferry(t, bytes.NewReader(data), "exec", "box", "--", "cat")
+		r := runFerry(t, bytes.NewReader(data), "exec", "box", "--", "cat")
 		if r.code != 0 || r.stderr != "" {
 			t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 		}
@@ -373,7 +376,7 @@ func TestExec(t *testing.T) {
 		{"dash arguments", "", []string{"--", "printf", "%s,", "--", "-x", "--json"}, 0, "--,-x,--json,", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := ferry(t, strings.NewReader(tc.stdin), append([]string{"exec", "box"}, tc.args...)...)
+			r := runFerry(t, strings.NewReader(tc.stdin), append([]string{"exec", "box"}, tc.args...)...)
 			if r.code != tc.code || r.stdout != tc.stdout || r.stderr != tc.stderr {
 				t.Errorf("got exit %d, stdout %q, stderr %q\nwant exit %d, stdout %q, stderr %q",
 					r.code, r.stdout, r.stderr, tc.code, tc.stdout, tc.stderr)
@@ -382,18 +385,18 @@ func TestExec(t *testing.T) {
 	}
 
 	t.Run("workdir", func(t *testing.T) {
-		wantOK(t, ferry(t, nil, "exec", "box", "--", "mkdir", "-p", "sub/dir with space"))
-		r := ferry(t, nil, "exec", "box", "--workdir", "sub/dir with space", "--", "pwd")
+		wantOK(t, runFerry(t, nil, "exec", "box", "--", "mkdir", "-p", "sub/dir with space"))
+		r := runFerry(t, nil, "exec", "box", "--workdir", "sub/dir with space", "--", "pwd")
 		wantOK(t, r)
 		if want := filepath.Join(g.Root, "box", "sub", "dir with space") + "\n"; r.stdout != want {
 			t.Errorf("pwd printed %q, want %q", r.stdout, want)
 		}
-		wantOK(t, ferry(t, strings.NewReader("hello"), "exec", "box", "-w", "sub", "--", "sh", "-c", "cat > f"))
+		wantOK(t, runFerry(t, strings.NewReader("hello"), "exec", "box", "-w", "sub", "--", "sh", "-c", "cat > f"))
 		b, err := os.ReadFile(filepath.Join(g.Root, "box", "sub", "f"))
 		if err != nil || string(b) != "hello" {
 			t.Errorf("file written in --workdir sub: %q, %v", b, err)
 		}
-		r = ferry(t, nil, "exec", "box", "--workdir", "missing", "--", "true")
+		r = runFerry(t, nil, "exec", "box", "--workdir", "missing", "--", "true")
 		if r.code == 0 {
 			t.Errorf("exec in a missing --workdir exited 0")
 		}
@@ -401,7 +404,7 @@ func TestExec(t *testing.T) {
 
 	t.Run("timeout", func(t *testing.T) {
 		start := time.Now()
-		r := ferry(t, nil, "exec", "box", "--timeout", "1s", "--", "sleep", "30")
+		r := runFerry(t, nil, "exec", "box", "--timeout", "1s", "--", "sleep", "30")
 		if r.code != 124 || r.stdout != "" || r.stderr != "" {
 			t.Errorf("exit %d, stdout %q, stderr %q; want 124 and no output", r.code, r.stdout, r.stderr)
 		}
@@ -460,7 +463,7 @@ func TestExec(t *testing.T) {
 	})
 
 	t.Run("unknown sandbox", func(t *testing.T) {
-		wantFailure(t, ferry(t, nil, "exec", "nosuch", "--", "true"), "nosuch", "not found")
+		wantFailure(t, runFerry(t, nil, "exec", "nosuch", "--", "true"), "nosuch", "not found")
 	})
 }
 
@@ -496,7 +499,7 @@ func TestExecUsage(t *testing.T) {
 		{"certs without dir", []string{"gateway", "certs"}, "takes 1 argument"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			wantUsage(t, ferry(t, nil, tc.args...), tc.want)
+			wantUsage(t, runFerry(t, nil, tc.args...), tc.want)
 		})
 	}
 }
@@ -508,14 +511,14 @@ func TestGatewaySelection(t *testing.T) {
 		isolate(t)
 		g := startGateway(t, true)
 		url := "http://" + g.Addr
-		wantOK(t, ferry(t, nil, "--gateway", url, "--quiet", "sandbox", "create", "plain"))
-		r := ferry(t, strings.NewReader("through plaintext"), "exec", "--gateway", url, "plain", "--", "cat")
+		wantOK(t, runFerry(t, nil, "--gateway", url, "--quiet", "sandbox", "create", "plain"))
+		r := runFerry(t, strings.NewReader("through plaintext"), "exec", "--gateway", url, "plain", "--", "cat")
 		wantOK(t, r)
 		if r.stdout != "through plaintext" {
 			t.Errorf("stdout %q", r.stdout)
 		}
 		// Without the flag nothing names this gateway.
-		wantFailure(t, ferry(t, nil, "exec", "plain", "--", "true"), "no active gateway")
+		wantFailure(t, runFerry(t, nil, "exec", "plain", "--", "true"), "no active gateway")
 	})
 
 	t.Run("OPENSHELL_GATEWAY_ENDPOINT", func(t *testing.T) {
@@ -525,8 +528,8 @@ func TestGatewaySelection(t *testing.T) {
 		g := startGateway(t, false)
 		storeGateway(t, xdg, "by-endpoint", "https://"+g.Addr+"/", g.CertDir, false)
 		t.Setenv("OPENSHELL_GATEWAY_ENDPOINT", "https://"+g.Addr)
-		wantOK(t, ferry(t, nil, "--quiet", "sandbox", "create", "env"))
-		r := ferry(t, nil, "exec", "env", "--", "echo", "hi")
+		wantOK(t, runFerry(t, nil, "--quiet", "sandbox", "create", "env"))
+		r := runFerry(t, nil, "exec", "env", "--", "echo", "hi")
 		wantOK(t, r)
 		if r.stdout != "hi\n" {
 			t.Errorf("stdout %q", r.stdout)
@@ -538,7 +541,7 @@ func TestGatewaySelection(t *testing.T) {
 		g := startGateway(t, false)
 		storeGateway(t, xdg, "named", "https://"+g.Addr, g.CertDir, false)
 		t.Setenv("OPENSHELL_GATEWAY", "named")
-		r := ferry(t, nil, "--json", "sandbox", "list")
+		r := runFerry(t, nil, "--json", "sandbox", "list")
 		wantOK(t, r)
 		if r.stdout != "[]\n" {
 			t.Errorf("stdout %q", r.stdout)
@@ -547,9 +550,9 @@ func TestGatewaySelection(t *testing.T) {
 
 	t.Run("no active gateway", func(t *testing.T) {
 		isolate(t)
-		wantFailure(t, ferry(t, nil, "exec", "box", "--", "true"),
+		wantFailure(t, runFerry(t, nil, "exec", "box", "--", "true"),
 			"no active gateway", "--gateway", "OPENSHELL_GATEWAY_ENDPOINT", "openshell CLI")
-		wantFailure(t, ferry(t, nil, "sandbox", "list"), "no active gateway")
+		wantFailure(t, runFerry(t, nil, "sandbox", "list"), "no active gateway")
 	})
 
 	t.Run("unreachable", func(t *testing.T) {
@@ -562,9 +565,9 @@ func TestGatewaySelection(t *testing.T) {
 		}
 		storeGateway(t, xdg, "openshell", "https://127.0.0.1:1", certs, false)
 		start := time.Now()
-		wantFailure(t, ferry(t, nil, "--gateway", "https://127.0.0.1:1", "exec", "box", "--", "true"),
+		wantFailure(t, runFerry(t, nil, "--gateway", "https://127.0.0.1:1", "exec", "box", "--", "true"),
 			"https://127.0.0.1:1", "unreachable")
-		wantFailure(t, ferry(t, nil, "--gateway", "https://127.0.0.1:1", "sandbox", "list"),
+		wantFailure(t, runFerry(t, nil, "--gateway", "https://127.0.0.1:1", "sandbox", "list"),
 			"https://127.0.0.1:1", "unreachable")
 		if d := time.Since(start); d > 20*time.Second {
 			t.Errorf("took %v to report a refused connection", d)
@@ -573,13 +576,13 @@ func TestGatewaySelection(t *testing.T) {
 
 	t.Run("missing credentials", func(t *testing.T) {
 		xdg := isolate(t)
-		wantFailure(t, ferry(t, nil, "--gateway", "https://127.0.0.1:1", "sandbox", "list"),
+		wantFailure(t, runFerry(t, nil, "--gateway", "https://127.0.0.1:1", "sandbox", "list"),
 			filepath.Join(xdg, "openshell", "gateways", "openshell", "mtls", "ca.crt"), "does not exist")
 	})
 
 	t.Run("bad endpoint", func(t *testing.T) {
 		isolate(t)
-		wantFailure(t, ferry(t, nil, "--gateway", "ftp://127.0.0.1:1", "sandbox", "list"), "ftp", "--gateway")
+		wantFailure(t, runFerry(t, nil, "--gateway", "ftp://127.0.0.1:1", "sandbox", "list"), "ftp", "--gateway")
 	})
 
 	t.Run("TLS refused", func(t *testing.T) {
@@ -592,14 +595,14 @@ func TestGatewaySelection(t *testing.T) {
 			t.Fatal(err)
 		}
 		storeGateway(t, xdg, "wrong-ca", "https://"+g.Addr, other, true)
-		wantFailure(t, ferry(t, nil, "exec", "box", "--", "true"), "https://"+g.Addr, "certificate")
-		wantFailure(t, ferry(t, nil, "sandbox", "create", "never"), "https://"+g.Addr, "certificate")
+		wantFailure(t, runFerry(t, nil, "exec", "box", "--", "true"), "https://"+g.Addr, "certificate")
+		wantFailure(t, runFerry(t, nil, "sandbox", "create", "never"), "https://"+g.Addr, "certificate")
 	})
 
 	t.Run("plaintext client, TLS gateway", func(t *testing.T) {
 		isolate(t)
 		g := startGateway(t, false)
-		wantFailure(t, ferry(t, nil, "--gateway", "http://"+g.Addr, "sandbox", "list"), "http://"+g.Addr)
+		wantFailure(t, runFerry(t, nil, "--gateway", "http://"+g.Addr, "sandbox", "list"), "http://"+g.Addr)
 	})
 }
 
@@ -610,22 +613,22 @@ func TestExecSSH(t *testing.T) {
 	empty := filepath.Join(t.TempDir(), "known_hosts")
 	writeFile(t, empty, nil, 0o600)
 
-	r := ferry(t, nil, "exec", "--ssh", target, "--ssh-identity", s.IdentityFile, "--ssh-known-hosts", s.KnownHosts, "box", "--", "echo", "hi")
+	r := runFerry(t, nil, "exec", "--ssh", target, "--ssh-identity", s.IdentityFile, "--ssh-known-hosts", s.KnownHosts, "box", "--", "echo", "hi")
 	wantOK(t, r)
 	if r.stdout != "hi\n" {
 		t.Errorf("stdout %q, want \"hi\\n\"", r.stdout)
 	}
 
-	r = ferry(t, strings.NewReader("in"), "--ssh", target, "--ssh-identity", s.IdentityFile, "--ssh-known-hosts", s.KnownHosts,
+	r = runFerry(t, strings.NewReader("in"), "--ssh", target, "--ssh-identity", s.IdentityFile, "--ssh-known-hosts", s.KnownHosts,
 		"exec", "box", "--env", "K=v", "--", "sh", "-c", `cat; printf '[%s]' "$K" "$1"; echo err >&2; exit 7`, "sh", "a b")
 	if r.code != 7 || r.stdout != "in[v][a b]" || r.stderr != "err\n" {
 		t.Errorf("exit %d, stdout %q, stderr %q; want 7, \"in[v][a b]\", \"err\\n\"", r.code, r.stdout, r.stderr)
 	}
 
-	wantFailure(t, ferry(t, nil, "exec", "--ssh", target, "--ssh-identity", s.IdentityFile, "--ssh-known-hosts", empty, "box", "--", "echo", "hi"),
+	wantFailure(t, runFerry(t, nil, "exec", "--ssh", target, "--ssh-identity", s.IdentityFile, "--ssh-known-hosts", empty, "box", "--", "echo", "hi"),
 		"unknown host key", s.Addr, empty)
 
-	r = ferry(t, nil, "exec", "--ssh", target, "--ssh-identity", s.IdentityFile, "--ssh-known-hosts", empty, "--ssh-insecure-ignore-host-key", "box", "--", "echo", "hi")
+	r = runFerry(t, nil, "exec", "--ssh", target, "--ssh-identity", s.IdentityFile, "--ssh-known-hosts", empty, "--ssh-insecure-ignore-host-key", "box", "--", "echo", "hi")
 	wantOK(t, r)
 	if r.stdout != "hi\n" {
 		t.Errorf("with --ssh-insecure-ignore-host-key: stdout %q, want \"hi\\n\"", r.stdout)
@@ -635,7 +638,7 @@ func TestExecSSH(t *testing.T) {
 func TestGatewayCerts(t *testing.T) {
 	isolate(t)
 	dir := filepath.Join(t.TempDir(), "certs")
-	r := ferry(t, nil, "gateway", "certs", "--host", "gw.example", dir)
+	r := runFerry(t, nil, "gateway", "certs", "--host", "gw.example", dir)
 	wantOK(t, r)
 	if r.stdout != "wrote certificates to "+dir+"\n" {
 		t.Errorf("stdout %q", r.stdout)
@@ -666,11 +669,11 @@ func TestGatewayCerts(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	wantFailure(t, ferry(t, nil, "gateway", "certs", dir), filepath.Join(dir, "ca.crt"), "exists")
+	wantFailure(t, runFerry(t, nil, "gateway", "certs", dir), filepath.Join(dir, "ca.crt"), "exists")
 	if after, err := os.ReadFile(filepath.Join(dir, "ca.key")); err != nil || !bytes.Equal(before, after) {
 		t.Errorf("a second run changed ca.key (%v)", err)
 	}
-	wantFailure(t, ferry(t, nil, "gateway", "certs", "--host", "not a host", filepath.Join(t.TempDir(), "x")), "not a host")
+	wantFailure(t, runFerry(t, nil, "gateway", "certs", "--host", "not a host", filepath.Join(t.TempDir(), "x")), "not a host")
 }
 
 func TestGatewayServeUsage(t *testing.T) {
@@ -691,11 +694,11 @@ func TestGatewayServeUsage(t *testing.T) {
 		{"argument", []string{"--listen", "127.0.0.1:0", "--root", root, "--plaintext", "extra"}, "takes 0 argument"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			wantUsage(t, ferry(t, nil, append([]string{"gateway", "serve"}, tc.args...)...), tc.want)
+			wantUsage(t, runFerry(t, nil, append([]string{"gateway", "serve"}, tc.args...)...), tc.want)
 		})
 	}
 	t.Run("tls dir without certificates", func(t *testing.T) {
-		wantFailure(t, ferry(t, nil, "gateway", "serve", "--listen", "127.0.0.1:0", "--root", root, "--tls-dir", t.TempDir()))
+		wantFailure(t, runFerry(t, nil, "gateway", "serve", "--listen", "127.0.0.1:0", "--root", root, "--tls-dir", t.TempDir()))
 	})
 }
 
@@ -707,7 +710,7 @@ var listeningRE = regexp.MustCompile(`listening on (127\.0\.0\.1:[0-9]+) \(mTLS\
 func TestGatewayServe(t *testing.T) {
 	xdg := isolate(t)
 	certs := filepath.Join(t.TempDir(), "certs")
-	wantOK(t, ferry(t, nil, "--quiet", "gateway", "certs", certs))
+	wantOK(t, runFerry(t, nil, "--quiet", "gateway", "certs", certs))
 	root := t.TempDir()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -756,8 +759,8 @@ func TestGatewayServe(t *testing.T) {
 	}
 
 	storeGateway(t, xdg, "served", "https://"+addr, certs, true)
-	wantOK(t, ferry(t, nil, "--quiet", "sandbox", "create", "served-box"))
-	r := ferry(t, strings.NewReader("over the served gateway"), "exec", "served-box", "--", "sh", "-c", "cat; pwd; exit 5")
+	wantOK(t, runFerry(t, nil, "--quiet", "sandbox", "create", "served-box"))
+	r := runFerry(t, strings.NewReader("over the served gateway"), "exec", "served-box", "--", "sh", "-c", "cat; pwd; exit 5")
 	if want := "over the served gateway" + filepath.Join(root, "served-box") + "\n"; r.code != 5 || r.stdout != want || r.stderr != "" {
 		t.Errorf("exec: exit %d, stdout %q, stderr %q; want 5, %q, nothing", r.code, r.stdout, r.stderr, want)
 	}

@@ -74,6 +74,17 @@ set -e
 echo "exit code: $code"
 [[ $code == 124 ]]
 
+step "ferry cp: a tree in and out again, checked"
+mkdir -p "$work/tree/src/empty dir" "$work/tree/src/nested/deeper"
+echo "hello" >"$work/tree/src/greeting.txt"
+printf 'x%.0s' $(seq 1 5000) >"$work/tree/src/nested/deeper/5k.txt"
+ln -s greeting.txt "$work/tree/src/link-to-greeting"
+chmod 0750 "$work/tree/src/nested"
+"$FERRY" cp "$work/tree/src" demo-box:work/src
+"$FERRY" exec demo-box -- sh -c 'cd work/src && find . | sort'
+"$FERRY" cp demo-box:work/src "$work/back"
+diff -r "$work/tree/src" "$work/back" && echo "round trip identical"
+
 step "ferry sandbox delete demo-box"
 "$FERRY" sandbox delete demo-box
 set +e
@@ -82,6 +93,26 @@ code=$?
 set -e
 echo "exec in a deleted sandbox: exit code $code"
 [[ $code == 1 ]]
+
+step "ferry run: an Option-B run with a scripted demo agent"
+demo=$(cd "$(dirname "$0")/../../testdata/demo" && pwd)
+mkdir -p "$work/secrets" && chmod 700 "$work/secrets"
+printf 'ghp_demo_token_never_in_argv' >"$work/secrets/gh_token"
+"$FERRY" run demo-run --create default --delete --out "$work/run" \
+	--in "$demo/instructions.md:rascal-meta/instructions.md" \
+	--in "$demo/context.json:rascal-meta/context.json" \
+	--in "$demo/agent.sh:agent.sh" \
+	--secret "$work/secrets/gh_token:.rascal-secrets/gh_token" \
+	--env RASCAL_META_DIR=rascal-meta --env GH_TOKEN_FILE=.rascal-secrets/gh_token \
+	-- ./agent.sh
+echo
+echo "pulled artifacts in $work/run:"
+ls -l "$work/run" | sed 1d
+echo "meta.json: $(cat "$work/run/meta.json")"
+echo "agent.ndjson:"
+sed 's/^/  /' "$work/run/agent.ndjson"
+grep -q '"exit_code": 0' "$work/run/meta.json"
+if grep -rq ghp_demo_token "$work/gateway.log"; then echo "secret leaked into the gateway log"; exit 1; fi
 
 step "stop the gateway"
 kill "$gw_pid"

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferry-dev/ferry"
+	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
+	"github.com/ferry-dev/ferry/relay"
+)
+
+func newRunCmd(g *globals, s streams) *cobra.Command {
+	var (
+		ins, secrets, env []string
+		out, create, wd   string
+		metaDir           string
+		del               bool
+		timeout           time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "run SANDBOX [flags] -- CMD [ARG...]",
+		Short: "One Option-B run: upload inputs, run a command, pull the artifacts",
+		Long: `Upload the --in files, run the command in the sandbox (its output shown
+live and appended to DIR/runner.log), then pull the artifacts into DIR
+(default ./SANDBOX) always: also after a failure, a timeout or Ctrl-C.
+ferry exits with the command's exit code.
+
+--secret LOCAL:REMOTE files travel only through the exec stream's stdin and
+land with mode 0600 in a 0700 directory; they never appear in an argv, an
+environment or a log. --create creates the sandbox first and waits until
+it is ready; --delete removes it at the end whatever happened.`,
+		Example: `  ferry run box --in ./run/instructions.md:rascal-meta/instructions.md \
+      --secret ./secrets/gh_token:.rascal-secrets/gh_token --out ./run -- ./agent.sh`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 || cmd.ArgsLenAtDash() != 1 {
+				return usagef("run needs a sandbox, --, and a command: ferry run SANDBOX [flags] -- CMD [ARG...]")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			spec := ferry.RunSpec{Argv: args[1:], Workdir: wd, Timeout: timeout, Out: out, MetaDir: metaDir, Stdout: s.out, Stderr: s.err}
+			if spec.Out == "" {
+				spec.Out = name
+			}
+			var err error
+			if spec.Env, err = splitEnv(env); err != nil {
+				return err
+			}
+			if spec.Inputs, err = mappings("--in", ins); err != nil {
+				return err
+			}
+			if spec.Secrets, err = mappings("--secret", secrets); err != nil {
+				return err
+			}
+			if err := (&relay.Command{Argv: spec.Argv, Env: spec.Env, Workdir: wd}).Validate(); err != nil {
+				return usageError{err}
+			}
+			x, closeFn, err := g.execer()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			if create != "" || del {
+				c, err := g.client()
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				if create != "" {
+					req := &openshellv1.CreateSandboxRequest{Name: name, Spec: &openshellv1.SandboxSpec{Template: &openshellv1.SandboxTemplate{Image: create}}}
+					if create == "default" {
+						req.Spec = nil
+					}
+					if _, err := c.Create(cmd.Context(), req); err != nil {
+						return err
+					}
+				}
+				if del {
+					defer func() {
+						dctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), time.Minute)
+						defer cancel()
+						if err := c.Delete(dctx, name); err != nil && !errors.Is(err, relay.ErrNotFound) {
+							fmt.Fprintf(s.err, "ferry: %s\n", oneLine(err))
+						}
+					}()
+				}
+			}
+			res, err := ferry.Run(cmd.Context(), ferry.Sandbox{X: x, Name: name}, spec)
+			if g.json {
+				if e := json.NewEncoder(s.out).Encode(res); e != nil {
+					return e
+				}
+			}
+			if res.PullErr != nil {
+				fmt.Fprintf(s.err, "ferry: %s\n", oneLine(res.PullErr))
+			} else if !g.quiet && !g.json {
+				fmt.Fprintf(s.err, "ferry: artifacts in %s: %s\n", spec.Out, strings.Join(res.Pull.Saved, ", "))
+			}
+			if err != nil {
+				if cmd.Context().Err() != nil {
+					return exitCode(130)
+				}
+				return err
+			}
+			if res.ExitCode != 0 {
+				return exitCode(res.ExitCode)
+			}
+			if errors.Is(res.PullErr, ferry.ErrNoMeta) {
+				return exitCode(exitNoMeta)
+			}
+			if res.PullErr != nil {
+				return exitCode(1)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&ins, "in", nil, "upload LOCAL:REMOTE before the command (repeatable)")
+	f.StringArrayVar(&secrets, "secret", nil, "upload a secret file LOCAL:REMOTE, 0600 in a 0700 directory (repeatable)")
+	f.StringVarP(&out, "out", "o", "", "local run directory for artifacts and runner.log (default ./SANDBOX)")
+	f.StringVar(&metaDir, "meta-dir", ferry.DefaultMetaDir, "the sandbox directory holding the artifacts")
+	f.StringVar(&create, "create", "", "create the sandbox from IMAGE first (\"default\": the gateway's image)")
+	f.BoolVar(&del, "delete", false, "delete the sandbox at the end, whatever happened")
+	f.StringArrayVarP(&env, "env", "e", nil, "set an environment variable KEY=VALUE (repeatable; never put secrets here)")
+	f.StringVarP(&wd, "workdir", "w", "", "directory to run in (relative to the workspace root)")
+	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long and exit 124 (0: no limit)")
+	return cmd
+}
+
+func mappings(flag string, vals []string) ([]ferry.Mapping, error) {
+	var out []ferry.Mapping
+	for _, v := range vals {
+		l, r, ok := strings.Cut(v, ":")
+		if !ok || l == "" || r == "" {
+			return nil, usagef("%s %q: want LOCAL:REMOTE", flag, v)
+		}
+		out = append(out, ferry.Mapping{Local: l, Remote: r})
+	}
+	return out, nil
+}

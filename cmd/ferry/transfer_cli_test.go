@@ -1,0 +1,146 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+func TestCpCLI(t *testing.T) {
+	g := activeGateway(t)
+	wantOK(t, runFerry(t, nil, "sandbox", "create", "box", "-q"))
+	local := t.TempDir()
+	writeFile(t, filepath.Join(local, "src", "a.txt"), []byte("A"), 0o640)
+	writeFile(t, filepath.Join(local, "src", "sub", "b.txt"), []byte("BB"), 0o600)
+	if err := os.Symlink("a.txt", filepath.Join(local, "src", "link")); err != nil {
+		t.Fatal(err)
+	}
+
+	r := runFerry(t, nil, "--json", "cp", filepath.Join(local, "src"), "box:work/src")
+	if r.code != 0 {
+		t.Fatalf("cp up: exit %d: %s", r.code, r.stderr)
+	}
+	var st map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("cp --json: %v: %q", err, r.stdout)
+	}
+	for _, k := range []string{"files", "bytes", "wire_bytes", "seconds", "mode"} {
+		if _, ok := st[k]; !ok {
+			t.Errorf("cp --json lacks %q: %s", k, r.stdout)
+		}
+	}
+	if st["files"].(float64) != 2 || st["bytes"].(float64) != 3 || st["mode"] != "posix" {
+		t.Errorf("cp --json: %s", r.stdout)
+	}
+	if b, err := os.ReadFile(filepath.Join(g.Root, "box", "work", "src", "sub", "b.txt")); err != nil || string(b) != "BB" {
+		t.Fatalf("uploaded file: %q %v", b, err)
+	}
+
+	back := filepath.Join(t.TempDir(), "back")
+	r = runFerry(t, nil, "-q", "cp", "box:work/src", back)
+	wantOK(t, r)
+	for _, p := range []string{"a.txt", "sub/b.txt"} {
+		want, _ := os.ReadFile(filepath.Join(local, "src", p))
+		got, err := os.ReadFile(filepath.Join(back, p))
+		if err != nil || string(got) != string(want) {
+			t.Errorf("%s: got %q want %q (%v)", p, got, want, err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(back, "sub", "b.txt")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode not kept: %v %v", fi.Mode(), err)
+	}
+	if l, err := os.Readlink(filepath.Join(back, "link")); err != nil || l != "a.txt" {
+		t.Errorf("symlink not kept: %q %v", l, err)
+	}
+
+	wantFailure(t, runFerry(t, nil, "cp", filepath.Join(local, "absent"), "box:x"), "absent")
+	wantFailure(t, runFerry(t, nil, "cp", "box:work/absent", filepath.Join(local, "x")), "work/absent")
+	wantUsage(t, runFerry(t, nil, "cp", "box:a", "box:b"), "exactly one side")
+	wantUsage(t, runFerry(t, nil, "cp", local, filepath.Join(local, "x")), "exactly one side")
+	wantUsage(t, runFerry(t, nil, "cp", "box:a"), "at least one source")
+}
+
+func TestPullCLI(t *testing.T) {
+	g := activeGateway(t)
+	wantOK(t, runFerry(t, nil, "sandbox", "create", "box", "-q"))
+	meta := filepath.Join(g.Root, "box", "rascal-meta")
+	writeFile(t, filepath.Join(meta, "agent.ndjson"), []byte("{}\n"), 0o644)
+	writeFile(t, filepath.Join(meta, "runner.log"), []byte("queued\n"), 0o644)
+	out := filepath.Join(t.TempDir(), "out")
+
+	r := runFerry(t, nil, "pull", "box", "--out", out)
+	if r.code != 3 || !strings.Contains(r.stderr, "meta.json") {
+		t.Fatalf("pull without meta.json: exit %d, stderr %q; want 3 naming meta.json", r.code, r.stderr)
+	}
+	if got := names(t, out); got != "agent.ndjson runner.log" {
+		t.Fatalf("saved %q, want the artifacts that exist", got)
+	}
+
+	writeFile(t, filepath.Join(meta, "meta.json"), []byte(`{"exit_code":0}`), 0o644)
+	r = runFerry(t, nil, "--json", "pull", "box", "--out", out)
+	if r.code != 0 {
+		t.Fatalf("pull: exit %d %s", r.code, r.stderr)
+	}
+	var res struct{ Saved, Missing []string }
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || len(res.Saved) != 3 || len(res.Missing) != 4 {
+		t.Fatalf("pull --json: %q %v", r.stdout, err)
+	}
+
+	// Another directory, and the default --out (./SANDBOX).
+	writeFile(t, filepath.Join(g.Root, "box", "elsewhere", "meta.json"), []byte(`{}`), 0o644)
+	t.Chdir(t.TempDir())
+	wantOK(t, runFerry(t, nil, "-q", "pull", "box", "--meta-dir", "elsewhere"))
+	if _, err := os.Stat(filepath.Join("box", "meta.json")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRunCLI(t *testing.T) {
+	activeGateway(t)
+	local := t.TempDir()
+	writeFile(t, filepath.Join(local, "instructions.md"), []byte("do it\n"), 0o644)
+	writeFile(t, filepath.Join(local, "token"), []byte("tok-never-shown"), 0o600)
+	out := filepath.Join(t.TempDir(), "run")
+	script := `cat rascal-meta/instructions.md; echo '{"exit_code":5}' > rascal-meta/meta.json; echo oops >&2; exit 5`
+	r := runFerry(t, nil, "run", "fresh", "--create", "default", "--delete", "--out", out,
+		"--in", filepath.Join(local, "instructions.md")+":rascal-meta/instructions.md",
+		"--secret", filepath.Join(local, "token")+":.rascal-secrets/token",
+		"--", "sh", "-c", script)
+	if r.code != 5 {
+		t.Fatalf("run: exit %d, want the command's 5; stderr %q", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "do it") || !strings.Contains(r.stderr, "oops") {
+		t.Fatalf("run output not shown live: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	if got := names(t, out); got != "meta.json runner.log" {
+		t.Fatalf("run dir holds %q", got)
+	}
+	if log, _ := os.ReadFile(filepath.Join(out, "runner.log")); !strings.Contains(string(log), "do it") {
+		t.Fatalf("runner.log: %q", log)
+	}
+	if strings.Contains(r.stdout+r.stderr, "tok-never-shown") {
+		t.Fatal("the secret was printed")
+	}
+	// --delete removed the sandbox.
+	wantFailure(t, runFerry(t, nil, "sandbox", "get", "fresh"), "not found")
+	wantUsage(t, runFerry(t, nil, "run", "box", "--in", "nocolon", "--", "true"), "LOCAL:REMOTE")
+}
+
+func names(t *testing.T, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".") {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
