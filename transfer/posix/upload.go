@@ -11,45 +11,24 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/ferry-dev/ferry/transfer"
 )
 
-// Placement says how an uploaded tree takes its place at dest. The values
-// and names are transfer.Placement's, so one converts to the other.
-type Placement int
+// Placement is transfer.Placement: the sandbox places an uploaded tree as
+// Extract places a downloaded one. Here, unlike there, PlaceNew and PlaceAs
+// make missing parent directories; PlaceInto also takes a symlink to a
+// directory, and its temp dir lives inside dest, so dest's own mtime
+// changes even when an upload fails; PlaceAs removes a symlink at dest
+// before the rename, as mv would follow one to a directory.
+type Placement = transfer.Placement
 
+// The placements, as in package transfer.
 const (
-	// PlaceNew: dest must not exist; it becomes the archive's root
-	// directory (the archive's "." entry, if any, gives its mode). Parent
-	// directories are made as needed.
-	PlaceNew Placement = iota
-	// PlaceInto: dest is an existing directory (or a symlink to one); the
-	// archive's top-level entries land inside it. Directories merge;
-	// anything else replaces what is there. A directory meeting a
-	// non-directory (either way round) is refused before anything moves.
-	// A directory that merges takes the archive's mode (less setuid,
-	// setgid and sticky) and mtime, as transfer.Extract does; dest's own
-	// mode is left alone. The temp dir lives inside dest, so dest's own
-	// mtime changes even when the upload fails.
-	PlaceInto
-	// PlaceAs: the archive holds exactly one top-level entry (any name),
-	// which becomes dest: `cp file box:newname`. dest must not exist, or
-	// be a file or symlink, which a non-directory entry replaces (a file by
-	// rename; a symlink is removed first, as mv would follow one to a
-	// directory). Parent directories are made as needed.
-	PlaceAs
+	PlaceNew  = transfer.PlaceNew
+	PlaceInto = transfer.PlaceInto
+	PlaceAs   = transfer.PlaceAs
 )
-
-func (p Placement) String() string {
-	switch p {
-	case PlaceNew:
-		return "PlaceNew"
-	case PlaceInto:
-		return "PlaceInto"
-	case PlaceAs:
-		return "PlaceAs"
-	}
-	return fmt.Sprintf("Placement(%d)", int(p))
-}
 
 // placeWords are the placements as upload.sh names them.
 var placeWords = map[Placement]string{PlaceNew: "new", PlaceInto: "into", PlaceAs: "as"}
