@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/ferry-dev/ferry/relay/sshexec/sshdtest"
 )
 
 func TestCpCLI(t *testing.T) {
@@ -143,4 +145,25 @@ func names(t *testing.T, dir string) string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, " ")
+}
+
+// TestCpSSH copies both ways over direct SSH: POSIX mode needs nothing of
+// the transport but exec. With SSH the sandbox name is only a label, and
+// relative paths are under the login user's home.
+func TestCpSSH(t *testing.T) {
+	isolate(t)
+	s := sshdtest.Start(t)
+	ssh := []string{"--ssh", s.User + "@" + s.Addr, "--ssh-identity", s.IdentityFile, "--ssh-known-hosts", s.KnownHosts}
+	local := t.TempDir()
+	writeFile(t, filepath.Join(local, "src", "a.txt"), []byte("over ssh"), 0o644)
+	remote := filepath.Join(t.TempDir(), "remote")
+	wantOK(t, runFerry(t, nil, append(ssh, "-q", "cp", filepath.Join(local, "src"), "node:"+remote)...))
+	if b, err := os.ReadFile(filepath.Join(remote, "a.txt")); err != nil || string(b) != "over ssh" {
+		t.Fatalf("uploaded over ssh: %q %v", b, err)
+	}
+	back := filepath.Join(t.TempDir(), "back")
+	wantOK(t, runFerry(t, nil, append(ssh, "-q", "cp", "node:"+remote, back)...))
+	if b, err := os.ReadFile(filepath.Join(back, "a.txt")); err != nil || string(b) != "over ssh" {
+		t.Fatalf("downloaded over ssh: %q %v", b, err)
+	}
 }
