@@ -1,6 +1,7 @@
 package ferry
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -128,7 +129,10 @@ func Upload(ctx context.Context, sb Sandbox, srcs []string, dst string) (CopySta
 	}
 
 	pr, pw := io.Pipe()
-	w := transfer.NewWriter(pw)
+	// The tar writer makes several small writes per entry; unbuffered,
+	// each became one exec-stream message (70,000 for 10,000 small files).
+	bw := bufio.NewWriterSize(pw, streamBuffer)
+	w := transfer.NewWriter(bw)
 	werr := make(chan error, 1)
 	go func() {
 		var err error
@@ -139,6 +143,9 @@ func Upload(ctx context.Context, sb Sandbox, srcs []string, dst string) (CopySta
 		}
 		if err == nil {
 			err = w.Close()
+		}
+		if err == nil {
+			err = bw.Flush()
 		}
 		pw.CloseWithError(err)
 		werr <- err
@@ -300,6 +307,10 @@ func downloadInto(ctx context.Context, r posix.Remote, dir string, names []strin
 	}
 	return CopyStats{Files: e.st.Files, Dirs: e.st.Dirs, Symlinks: e.st.Symlinks, Bytes: e.st.Bytes, WireBytes: res.WireBytes}, nil
 }
+
+// streamBuffer is a little under the exec channel's 256 KiB messages, so
+// that one flush is one message.
+const streamBuffer = 256<<10 - 128
 
 var errExtractDone = errors.New("ferry: extraction finished")
 
