@@ -270,23 +270,60 @@ func (x *extractor) file(hdr *tar.Header, name string, keep bool) error {
 	if !keep {
 		return x.drain()
 	}
-	if err := x.prepare(name, "file"); err != nil {
+	if err := x.mkParents(name); err != nil {
 		return err
 	}
+	// Most names are new: try the exclusive create first, and look at
+	// what is in the way only when something is.
 	f, err := x.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		if err := x.prepare(name, "file"); err != nil {
+			return err
+		}
+		f, err = x.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	}
 	if err != nil {
 		return err
 	}
 	n, err := io.CopyBuffer(onlyWriter{f}, onlyReader{x.tr}, x.buf)
 	x.stats.Bytes += n
+	if err != nil {
+		f.Close()
+		return x.dataErr(err)
+	}
+	byPath, err := x.setOpenFileMeta(f, hdr)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return x.dataErr(err)
+		return err
 	}
 	x.stats.Files++
-	return x.setMeta(name, hdr)
+	if byPath {
+		return x.setMeta(name, hdr)
+	}
+	return nil
+}
+
+// setOpenFileMeta restores a regular file's owner, mode and mtime through
+// its descriptor. byPath reports that this platform cannot, and setMeta
+// must do it by name.
+func (x *extractor) setOpenFileMeta(f *os.File, hdr *tar.Header) (byPath bool, err error) {
+	if x.chown {
+		// Chown first: it may clear mode bits.
+		if err := f.Chown(hdr.Uid, hdr.Gid); err != nil {
+			return false, err
+		}
+	}
+	if err := f.Chmod(fileMode(hdr.Mode)); err != nil {
+		return false, err
+	}
+	if err := setFileTimes(f, hdr.ModTime); errors.Is(err, errors.ErrUnsupported) {
+		return true, nil
+	} else if err != nil {
+		return false, err
+	}
+	return false, nil
 }
 
 // account checks an entry's data size against the limits before any of it
