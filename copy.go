@@ -42,6 +42,8 @@ var (
 	// ErrNotDir means the destination must be an existing directory (several
 	// sources, a trailing slash) and is not.
 	ErrNotDir = errors.New("ferry: destination is not a directory")
+	// ErrShort means fewer entries arrived than the sender counted.
+	ErrShort = errors.New("ferry: short transfer")
 	// ErrEmpty means a copy that was asked for something moved nothing.
 	ErrEmpty = errors.New("ferry: nothing transferred")
 )
@@ -277,40 +279,72 @@ func Download(ctx context.Context, sb Sandbox, srcs []string, dst string, limits
 
 func downloadInto(ctx context.Context, r posix.Remote, dir string, names []string, local string, place transfer.Placement, limits transfer.Limits) (CopyStats, error) {
 	pr, pw := io.Pipe()
-	type ext struct {
-		st  transfer.Stats
-		err error
-	}
-	done := make(chan ext, 1)
+	done := make(chan download, 1)
 	go func() {
-		st, err := transfer.Extract(ctx, pr, local, transfer.ExtractOptions{Limits: limits, Place: place})
-		if err == nil {
-			// tar pads its output to a whole record after the end of the
-			// archive; take that, but not an endless stream.
-			if n, _ := io.Copy(io.Discard, io.LimitReader(pr, maxTrailer+1)); n > maxTrailer {
-				err = fmt.Errorf("%d bytes or more after the end of the archive", n)
-			}
-		}
-		// A refusal closes the pipe, which stops the download.
-		pr.CloseWithError(errExtractDone)
-		done <- ext{st, err}
+		res, err := r.Download(ctx, dir, names, pw)
+		pw.CloseWithError(err)
+		done <- download{res, err}
 	}()
-	res, err := r.Download(ctx, dir, names, pw)
-	pw.CloseWithError(err)
-	e := <-done
-	if e.err != nil {
-		// The extractor's refusal names the entry: it comes first.
-		return CopyStats{}, e.err
+	var d *download
+	// finish waits for the download, once.
+	finish := func() download {
+		if d == nil {
+			v := <-done
+			d = &v
+		}
+		return *d
 	}
+	st, err := transfer.Extract(ctx, pr, local, transfer.ExtractOptions{Limits: limits, Place: place, Verify: func(st transfer.Stats) error {
+		// tar pads its output to a whole record after the end of the
+		// archive; take that, but not an endless stream.
+		if n, err := io.Copy(io.Discard, io.LimitReader(pr, maxTrailer+1)); err != nil {
+			return finishErr(finish(), err)
+		} else if n > maxTrailer {
+			return fmt.Errorf("%d bytes or more after the end of the archive", n)
+		}
+		fin := finish()
+		if fin.err != nil {
+			return fin.err
+		}
+		// The sandbox counted the entries before its tar ran: a stream
+		// that ended early but cleanly (between two entries, end blocks
+		// and all) shows up here. More than counted is a tree that grew.
+		if got := st.Files + st.Dirs + st.Symlinks; fin.res.Entries >= 0 && got < fin.res.Entries {
+			return fmt.Errorf("%w: the sandbox counted %d entries, %d arrived", ErrShort, fin.res.Entries, got)
+		}
+		return nil
+	}})
+	// A refusal closes the pipe, which stops the download.
+	pr.CloseWithError(errExtractDone)
+	fin := finish()
 	if err != nil {
+		// The extractor's refusal names the entry: it comes first.
 		return CopyStats{}, err
 	}
-	return CopyStats{Files: e.st.Files, Dirs: e.st.Dirs, Symlinks: e.st.Symlinks, Bytes: e.st.Bytes, WireBytes: res.WireBytes}, nil
+	if fin.err != nil {
+		return CopyStats{}, fin.err
+	}
+	return CopyStats{Files: st.Files, Dirs: st.Dirs, Symlinks: st.Symlinks, Bytes: st.Bytes, WireBytes: fin.res.WireBytes}, nil
+}
+
+// download is how a posix.Download ended.
+type download struct {
+	res posix.Result
+	err error
 }
 
 // streamBuffer is a little under the exec channel's 256 KiB messages, so
 // that one flush is one message.
 const streamBuffer = 256<<10 - 128
+
+// finishErr prefers the download's own error (a lost relay, tar's status)
+// to the pipe error it caused.
+func finishErr(d download, pipeErr error) error {
+	if d.err != nil {
+		return d.err
+	}
+	return pipeErr
+}
 
 var errExtractDone = errors.New("ferry: extraction finished")
 

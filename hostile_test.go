@@ -1,6 +1,8 @@
 package ferry_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -63,5 +65,38 @@ func TestHostileSandboxTar(t *testing.T) {
 			}
 			sameTree(t, tree(t, parent), before)
 		})
+	}
+}
+
+// TestShortTarIsCaught: a sandbox tar that sends a well-formed archive
+// holding less than was asked for (a stream that ended early but cleanly)
+// must not pass for the whole tree.
+func TestShortTarIsCaught(t *testing.T) {
+	e := newEnv(t)
+	write(t, e.root, map[string]string{"x/a": "1", "x/b": "2", "x/c": "3", "bin/": ""})
+	// One entry of the three, with proper end blocks.
+	var short bytes.Buffer
+	tw := tar.NewWriter(&short)
+	tw.WriteHeader(&tar.Header{Name: "x/", Typeflag: tar.TypeDir, Mode: 0o755})
+	tw.WriteHeader(&tar.Header{Name: "x/a", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
+	tw.Write([]byte("1"))
+	tw.Close()
+	archive := filepath.Join(t.TempDir(), "short.tar")
+	if err := os.WriteFile(archive, short.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.root, ".profile"), []byte("export PATH=\"$HOME/bin:$PATH\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fake := "#!/bin/sh\nexec cat '" + archive + "'\n"
+	if err := os.WriteFile(filepath.Join(e.root, "bin", "tar"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "got")
+	if _, err := ferry.Download(ctx(t), e.sb, []string{"x"}, dst, transfer.Limits{}); !errors.Is(err, ferry.ErrShort) {
+		t.Fatalf("short archive: err = %v, want ErrShort", err)
+	}
+	if _, err := os.Lstat(dst); !os.IsNotExist(err) {
+		t.Fatalf("a short archive was placed at %s (%v)", dst, err)
 	}
 }

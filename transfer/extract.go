@@ -63,6 +63,11 @@ type ExtractOptions struct {
 	// directory gets a plain directory; a hard link to a skipped file is
 	// refused.
 	Select func(name string) bool
+	// Verify, when non-nil, is called once the whole stream has been read
+	// and checked, before anything is placed, with what the stream held;
+	// an error from it leaves dest untouched and is returned as is. A
+	// caller checks a trailer here, such as the sender's own count.
+	Verify func(Stats) error
 }
 
 // Extract reads a tar stream from r and places the tree it holds at dest.
@@ -132,6 +137,11 @@ func Extract(ctx context.Context, r io.Reader, dest string, opts ExtractOptions)
 	}
 	if err := x.checkLinks(); err != nil {
 		return x.stats, err
+	}
+	if opts.Verify != nil {
+		if err := opts.Verify(x.stats); err != nil {
+			return x.stats, err
+		}
 	}
 	if err := st.place(x); err != nil {
 		if ee := (*EntryError)(nil); !errors.As(err, &ee) {

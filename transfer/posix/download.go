@@ -87,8 +87,11 @@ func (r Remote) Download(ctx context.Context, dir string, names []string, w io.W
 	if !sw.found {
 		return res, fmt.Errorf("download from %s: tar succeeded but no stream marker arrived", dir)
 	}
+	res.Entries = -1
 	if v, ok := ctl.msg("count"); ok {
-		res.Entries, _ = strconv.ParseInt(v, 10, 64)
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			res.Entries = n
+		}
 	}
 	return res, nil
 }

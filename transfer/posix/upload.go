@@ -40,7 +40,8 @@ type Result struct {
 	// Download, the number of entries below and including each name but
 	// "." itself, counted just before tar ran. Either way it is what
 	// transfer.Stats counts as Files + Dirs + Symlinks for the same tree,
-	// unless the tree changed meanwhile.
+	// unless the tree changed meanwhile. -1 when a Download's sandbox
+	// reported no count.
 	Entries int64
 	// WireBytes is what crossed the channel: stdin sent plus stdout and
 	// stderr received, a login shell's banner included.

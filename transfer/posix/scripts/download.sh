@@ -26,8 +26,12 @@ count() {
 	find "$@" ! -name . -exec sh -c 'echo $#' sh {} + | sum;
 };
 say count "$(count "$@")";
+# GNU tar's default format keeps whole seconds; its PAX format keeps the
+# nanoseconds the host's extractor restores. busybox has only one format.
+fmt=;
+case "$(tar --version 2>/dev/null)" in *"GNU tar"*) fmt=--format=posix;; esac;
 printf '%s stream\n' "$tag";
-tar -c -f - -- "$@";
+tar -c $fmt -f - -- "$@";
 st=$?;
 say tar "$st";
 exit "$st";
