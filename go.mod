@@ -3,6 +3,7 @@ module github.com/ferry-dev/ferry
 go 1.26.0
 
 require (
+	github.com/klauspost/compress v1.20.4
 	github.com/spf13/cobra v1.10.2
 	go.uber.org/goleak v1.3.0
 	golang.org/x/crypto v0.59.0

@@ -1,0 +1,40 @@
+package frame
+
+// Wire constants; doc.go describes the layout they make up.
+const (
+	magic      = "FRRYFRM\x01" // 7 bytes of magic, then the version byte
+	headerSize = len(magic)
+
+	typeRaw     = 0x01
+	typeZstd    = 0x02
+	typeTrailer = 0xFF
+
+	blockHeaderSize = 1 + 4 + 4          // type, plaintext length, encoded length
+	trailerSize     = 1 + 8 + 8 + 32 + 4 // type, total bytes, block count, sha256, crc32c
+
+	// DefaultBlockSize is WriterOptions.BlockSize when it is zero.
+	DefaultBlockSize = 256 << 10
+	// DefaultMaxBlockSize is ReaderOptions.MaxBlockSize when it is zero.
+	DefaultMaxBlockSize = 4 << 20
+	// DefaultMaxRatio is WriterOptions.MaxRatio and ReaderOptions.MaxRatio
+	// when zero.
+	DefaultMaxRatio = 1000
+	// MaxBlockSizeLimit bounds both BlockSize and MaxBlockSize.
+	MaxBlockSizeLimit = 64 << 20
+
+	// Auto mode's skip heuristic (see Auto).
+	skipAfter = 4
+	skipEvery = 16
+
+	// skippable zstd frame (RFC 8878 section 3.1.2): magic 0x184D2A50 and
+	// a 4-byte little-endian size, both little-endian, then that many bytes.
+	skippableHeaderSize = 8
+)
+
+// Stats counts what crossed a Writer or Reader so far.
+type Stats struct {
+	Plaintext  int64 // payload bytes (before compression / after decompression)
+	Wire       int64 // framed bytes, headers and trailer included
+	RawBlocks  int64
+	ZstdBlocks int64
+}

@@ -1,0 +1,333 @@
+package frame
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Test data: random bytes do not compress; JSONL-like text and zeros do.
+func randomData(n int) []byte {
+	b := make([]byte, n)
+	r := rand.NewChaCha8([32]byte{1})
+	r.Read(b)
+	return b
+}
+
+func textData(n int) []byte {
+	var sb strings.Builder
+	for i := 0; sb.Len() < n; i++ {
+		fmt.Fprintf(&sb, `{"seq":%d,"type":"tool_call","name":"read_file","path":"src/pkg%d/file.go"}`+"\n", i, i%37)
+	}
+	return []byte(sb.String()[:n])
+}
+
+func zeroData(n int) []byte { return make([]byte, n) }
+
+func encode(t testing.TB, data []byte, opts WriterOptions, chunk int) ([]byte, Stats) {
+	t.Helper()
+	var buf bytes.Buffer
+	w := NewWriter(&buf, opts)
+	for p := data; len(p) > 0; {
+		n := min(chunk, len(p))
+		if _, err := w.Write(p[:n]); err != nil {
+			t.Fatalf("Write: %v", err)
+		}
+		p = p[n:]
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if got := w.Stats().Wire; got != int64(buf.Len()) {
+		t.Fatalf("Stats().Wire = %d, wrote %d", got, buf.Len())
+	}
+	return buf.Bytes(), w.Stats()
+}
+
+func decode(wire []byte, opts ReaderOptions) ([]byte, *Reader, error) {
+	r := NewReader(bytes.NewReader(wire), opts)
+	out, err := io.ReadAll(r)
+	return out, r, err
+}
+
+func TestRoundTrip(t *testing.T) {
+	const bs = 4 << 10
+	gens := map[string]func(int) []byte{"random": randomData, "text": textData, "zeros": zeroData}
+	for _, mode := range []Mode{Auto, Zstd, None} {
+		for name, gen := range gens {
+			for _, n := range []int{0, 1, bs - 1, bs, bs + 1, 7*bs + 123} {
+				t.Run(fmt.Sprintf("%v/%s/%d", mode, name, n), func(t *testing.T) {
+					data := gen(n)
+					wire, ws := encode(t, data, WriterOptions{Compress: mode, BlockSize: bs}, 1000)
+					out, r, err := decode(wire, ReaderOptions{})
+					if err != nil {
+						t.Fatalf("read: %v", err)
+					}
+					if !bytes.Equal(out, data) {
+						t.Fatalf("plaintext differs: got %d bytes, want %d", len(out), len(data))
+					}
+					if rs := r.Stats(); rs != ws {
+						t.Fatalf("reader stats %+v, writer stats %+v", rs, ws)
+					}
+					blocks := int64((n + bs - 1) / bs)
+					compressible := name != "random" && mode != None && n > 16
+					switch {
+					case ws.RawBlocks+ws.ZstdBlocks != blocks:
+						t.Fatalf("stats %+v, want %d blocks", ws, blocks)
+					case compressible && ws.ZstdBlocks < int64(n/bs):
+						// A short last block (a few bytes) may stay raw.
+						t.Fatalf("stats %+v: want all %d full blocks zstd", ws, n/bs)
+					case !compressible && n > 16 && ws.ZstdBlocks != 0:
+						t.Fatalf("stats %+v: want all blocks raw", ws)
+					case int64(n) > ws.Wire*DefaultMaxRatio:
+						t.Fatalf("wire %d bytes for %d plaintext: over ratio cap", ws.Wire, n)
+					}
+					// A second read after EOF is still EOF, and a byte-at-a-time
+					// reader gives the same plaintext.
+					if n, err := r.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+						t.Fatalf("Read after EOF = %d, %v", n, err)
+					}
+					slow, err := io.ReadAll(NewReader(iotest.OneByteReader(bytes.NewReader(wire)), ReaderOptions{}))
+					if err != nil || !bytes.Equal(slow, data) {
+						t.Fatalf("one-byte reader: err %v, equal %v", err, bytes.Equal(slow, data))
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestDefaultBlockSize(t *testing.T) {
+	data := textData(3*DefaultBlockSize + 5)
+	wire, ws := encode(t, data, WriterOptions{}, 1<<20)
+	if ws.ZstdBlocks != 3 || ws.Wire > int64(len(data))/4 {
+		t.Fatalf("stats %+v for %d bytes of text", ws, len(data))
+	}
+	out, _, err := decode(wire, ReaderOptions{})
+	if err != nil || !bytes.Equal(out, data) {
+		t.Fatalf("read: %v, equal %v", err, bytes.Equal(out, data))
+	}
+}
+
+// TestAutoSkip: after a run of incompressible blocks Auto tries only every
+// skipEvery-th block, and resumes compressing once one pays.
+func TestAutoSkip(t *testing.T) {
+	const bs, n = 1 << 10, 64
+	data := append(randomData(n*bs), textData(n*bs)...)
+	_, ws := encode(t, data, WriterOptions{BlockSize: bs}, bs)
+	if ws.RawBlocks > n+skipEvery || ws.ZstdBlocks < n-skipEvery {
+		t.Fatalf("stats %+v: want about %d raw then %d zstd blocks", ws, n, n)
+	}
+}
+
+func TestTrailingBytesUnread(t *testing.T) {
+	wire, _ := encode(t, textData(10000), WriterOptions{BlockSize: 4096}, 10000)
+	src := bytes.NewReader(append(wire, "tail"...))
+	if _, err := io.ReadAll(NewReader(src, ReaderOptions{})); err != nil {
+		t.Fatal(err)
+	}
+	if rest, _ := io.ReadAll(src); string(rest) != "tail" {
+		t.Fatalf("after the trailer the underlying reader has %q, want \"tail\"", rest)
+	}
+}
+
+// mixed is a stream with raw and zstd blocks, small enough to mutate at
+// every byte.
+func mixed(t testing.TB) ([]byte, []byte) {
+	data := append(append(textData(1024), randomData(512)...), zeroData(1024)...)
+	wire, ws := encode(t, data, WriterOptions{BlockSize: 512}, 300)
+	if ws.RawBlocks == 0 || ws.ZstdBlocks == 0 {
+		t.Fatalf("stats %+v: want both block types", ws)
+	}
+	return data, wire
+}
+
+func TestTruncatedEverywhere(t *testing.T) {
+	_, wire := mixed(t)
+	for n := range len(wire) {
+		_, _, err := decode(wire[:n], ReaderOptions{})
+		if !errors.Is(err, ErrTruncated) || !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("cut at %d of %d: err %v, want ErrTruncated", n, len(wire), err)
+		}
+	}
+}
+
+// TestFlippedByteEverywhere: every flipped byte is an error, including
+// flips in a zstd frame header that change no decoded byte (the trailer's
+// wire crc32c catches those).
+func TestFlippedByteEverywhere(t *testing.T) {
+	_, wire := mixed(t)
+	for i := range wire {
+		for _, x := range []byte{0x01, 0x80, 0xFF} {
+			bad := bytes.Clone(wire)
+			bad[i] ^= x
+			_, _, err := decode(bad, ReaderOptions{})
+			if err == nil {
+				t.Fatalf("byte %d ^ %#x: read succeeded", i, x)
+			}
+			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrLimit) && !errors.Is(err, ErrTruncated) {
+				t.Fatalf("byte %d ^ %#x: err %v is not a frame sentinel", i, x, err)
+			}
+		}
+	}
+}
+
+func TestStickyError(t *testing.T) {
+	_, wire := mixed(t)
+	r := NewReader(bytes.NewReader(wire[:len(wire)-1]), ReaderOptions{})
+	_, err := io.ReadAll(r)
+	if !errors.Is(err, ErrTruncated) {
+		t.Fatalf("err %v", err)
+	}
+	if _, err2 := r.Read(make([]byte, 10)); err2 != err {
+		t.Fatalf("second Read: %v, want sticky %v", err2, err)
+	}
+
+	w := NewWriter(failWriter{}, WriterOptions{BlockSize: 16})
+	_, err = w.Write(make([]byte, 100))
+	if err == nil {
+		t.Fatal("Write to a failing writer succeeded")
+	}
+	if _, err2 := w.Write([]byte{1}); err2 != err {
+		t.Fatalf("second Write: %v, want sticky %v", err2, err)
+	}
+	if err2 := w.Close(); err2 != err {
+		t.Fatalf("Close: %v, want sticky %v", err2, err)
+	}
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
+
+func TestWriteAfterClose(t *testing.T) {
+	w := NewWriter(io.Discard, WriterOptions{})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte("x")); !errors.Is(err, errClosed) {
+		t.Fatalf("Write after Close: %v", err)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	for _, o := range []WriterOptions{{BlockSize: -1}, {BlockSize: MaxBlockSizeLimit + 1}, {MaxRatio: 1}, {Compress: 7}} {
+		if err := NewWriter(io.Discard, o).Close(); err == nil {
+			t.Errorf("NewWriter(%+v): no error", o)
+		}
+	}
+	for _, o := range []ReaderOptions{{MaxBlockSize: -1}, {MaxRatio: 1}, {MaxTotal: -1}} {
+		if _, err := NewReader(bytes.NewReader(nil), o).Read(make([]byte, 1)); err == nil || err == io.EOF {
+			t.Errorf("NewReader(%+v): err %v", o, err)
+		}
+	}
+	for _, s := range []string{"auto", "zstd", "none"} {
+		if m, err := ParseMode(s); err != nil || m.String() != s {
+			t.Errorf("ParseMode(%q) = %v, %v", s, m, err)
+		}
+	}
+	if _, err := ParseMode("gzip"); err == nil {
+		t.Error("ParseMode(gzip): no error")
+	}
+}
+
+// stream frames hand-made blocks and a correct trailer for want.
+func stream(want []byte, blocks ...[]byte) []byte {
+	out := []byte(magic)
+	for _, b := range blocks {
+		out = append(out, b...)
+	}
+	out = append(out, typeTrailer)
+	out = binary.BigEndian.AppendUint64(out, uint64(len(want)))
+	out = binary.BigEndian.AppendUint64(out, uint64(len(blocks)))
+	sum := sha256.Sum256(want)
+	out = append(out, sum[:]...)
+	return binary.BigEndian.AppendUint32(out, crc32.Checksum(out, castagnoli))
+}
+
+// patchTrailer sets the u64 at trailer offset off to v (or, at offset 49,
+// the crc to 0 without fixing it) and recomputes the crc otherwise.
+func patchTrailer(wire []byte, off int, v uint64) []byte {
+	t := len(wire) - trailerSize
+	if off == 49 {
+		binary.BigEndian.PutUint32(wire[t+49:], 0)
+		return wire
+	}
+	binary.BigEndian.PutUint64(wire[t+off:], v)
+	binary.BigEndian.PutUint32(wire[t+49:], crc32.Checksum(wire[:t+49], castagnoli))
+	return wire
+}
+
+func block(typ byte, plain int, payload []byte) []byte {
+	b := []byte{typ}
+	b = binary.BigEndian.AppendUint32(b, uint32(plain))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(payload)))
+	return append(b, payload...)
+}
+
+func TestHostileHeaders(t *testing.T) {
+	text := textData(4096)
+	z := zstdFrame(t, text, true)
+	tests := []struct {
+		name string
+		wire []byte
+		opts ReaderOptions
+		want error
+	}{
+		{"bad magic", append([]byte("FRRYFRX\x01"), stream(nil)[8:]...), ReaderOptions{}, ErrCorrupt},
+		{"bad version", append([]byte("FRRYFRM\x02"), stream(nil)[8:]...), ReaderOptions{}, ErrCorrupt},
+		{"unknown type", stream(text, block(0x03, len(text), text)), ReaderOptions{}, ErrCorrupt},
+		{"empty block", stream(nil, block(typeRaw, 0, nil)), ReaderOptions{}, ErrCorrupt},
+		{"raw lengths differ", stream(text, block(typeRaw, len(text)+1, text)), ReaderOptions{}, ErrCorrupt},
+		{"zstd not smaller", stream(text, block(typeZstd, len(z), z)), ReaderOptions{}, ErrCorrupt},
+		{"zstd decodes short", stream(text, block(typeZstd, len(text)-1, z)), ReaderOptions{}, ErrLimit},
+		{"zstd decodes long", stream(text, block(typeZstd, len(text)+1, z)), ReaderOptions{}, ErrCorrupt},
+		{"zstd garbage", stream(text, block(typeZstd, len(text), []byte("not zstd at all"))), ReaderOptions{}, ErrCorrupt},
+		{"block over max", stream(text, block(typeRaw, len(text), text)), ReaderOptions{MaxBlockSize: 4095}, ErrLimit},
+		{"total over max", stream(append(text, text...), block(typeRaw, len(text), text), block(typeRaw, len(text), text)), ReaderOptions{MaxTotal: 8191}, ErrLimit},
+		{"wrong block count", patchTrailer(stream(text, block(typeRaw, len(text), text)), 9, 2), ReaderOptions{}, ErrCorrupt},
+		{"wrong total", patchTrailer(stream(text, block(typeRaw, len(text), text)), 1, 4095), ReaderOptions{}, ErrCorrupt},
+		{"wrong crc", patchTrailer(stream(text, block(typeRaw, len(text), text)), 49, 0), ReaderOptions{}, ErrCorrupt},
+		{"wrong digest", stream([]byte("other"), block(typeRaw, 5, []byte("hello"))), ReaderOptions{}, ErrCorrupt},
+		{"no trailer", append([]byte(magic), block(typeRaw, 5, []byte("hello"))...), ReaderOptions{}, ErrTruncated},
+		{"empty input", nil, ReaderOptions{}, ErrTruncated},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, err := decode(tt.wire, tt.opts)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("err %v (after %d bytes), want %v", err, len(out), tt.want)
+			}
+		})
+	}
+}
+
+func zstdFrame(t testing.TB, p []byte, withSize bool) []byte {
+	t.Helper()
+	enc := mustEncoder(t)
+	if withSize {
+		return enc.EncodeAll(p, nil)
+	}
+	var buf bytes.Buffer
+	enc.Reset(&buf)
+	enc.Write(p)
+	if err := enc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
