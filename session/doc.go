@@ -2,6 +2,6 @@
 // snapshot store of content-defined chunks and immutable manifests over
 // storage backends, and save and restore of a sandbox directory.
 //
-// Nothing is implemented yet; the package exists so that the layout of
-// DESIGN.md holds from the start.
+// So far it holds TaskKey, Rascal's name for a task's session; the store
+// itself is issue 5's.
 package session

@@ -223,6 +223,7 @@ func TestHelpGolden(t *testing.T) {
 		{"cp"},
 		{"pull"},
 		{"run"},
+		{"session", "key"},
 	} {
 		name := "ferry"
 		if len(path) > 0 {

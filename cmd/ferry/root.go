@@ -85,7 +85,7 @@ active OpenShell gateway configuration (~/.config/openshell).`,
 	pf.BoolVarP(&g.quiet, "quiet", "q", false, "print nothing but errors")
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log debug detail to stderr")
 
-	root.AddCommand(newGatewayCmd(g, s), newSandboxCmd(g, s), newExecCmd(g, s), newCpCmd(g, s), newPullCmd(g, s), newRunCmd(g, s))
+	root.AddCommand(newGatewayCmd(g, s), newSandboxCmd(g, s), newExecCmd(g, s), newCpCmd(g, s), newPullCmd(g, s), newRunCmd(g, s), newSessionCmd(g, s))
 	return root
 }
 

@@ -167,3 +167,12 @@ func TestCpSSH(t *testing.T) {
 		t.Fatalf("downloaded over ssh: %q %v", b, err)
 	}
 }
+
+func TestSessionKeyCLI(t *testing.T) {
+	r := runFerry(t, nil, "session", "key", "rtzll/rascal", "42")
+	wantOK(t, r)
+	if !strings.HasPrefix(r.stdout, "rtzll-rascal-42-") || len(r.stdout) != len("rtzll-rascal-42-")+10+1 {
+		t.Fatalf("session key: %q", r.stdout)
+	}
+	wantUsage(t, runFerry(t, nil, "session", "key", "only-one"), "takes 2 argument")
+}
