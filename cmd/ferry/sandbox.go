@@ -35,20 +35,17 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
 			req := &openshellv1.CreateSandboxRequest{Name: args[0], Spec: &openshellv1.SandboxSpec{Environment: envMap}}
 			if image != "" {
 				req.Spec.Template = &openshellv1.SandboxTemplate{Image: image}
 			}
-			sb, err := c.Create(cmd.Context(), req)
-			if err != nil {
-				return err
-			}
-			return printSandboxes(s.out, g, false, sb)
+			return g.withClient(func(c *openshell.Client) error {
+				sb, err := c.Create(cmd.Context(), req)
+				if err != nil {
+					return err
+				}
+				return printSandboxes(s.out, g, false, sb)
+			})
 		},
 	}
 	create.Flags().StringVar(&image, "image", "", "container image (the gateway's default when empty)")
@@ -59,16 +56,13 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 		Short: "Show a sandbox",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			sb, err := c.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return printSandboxes(s.out, g, false, sb)
+			return g.withClient(func(c *openshell.Client) error {
+				sb, err := c.Get(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return printSandboxes(s.out, g, false, sb)
+			})
 		},
 	}
 	del := &cobra.Command{
@@ -76,12 +70,7 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 		Short: "Delete a sandbox and everything in it",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if err := c.Delete(cmd.Context(), args[0]); err != nil {
+			if err := g.withClient(func(c *openshell.Client) error { return c.Delete(cmd.Context(), args[0]) }); err != nil {
 				return err
 			}
 			switch {
@@ -98,16 +87,13 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 		Short: "List the sandboxes of the workspace",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			all, err := c.List(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printSandboxes(s.out, g, true, all...)
+			return g.withClient(func(c *openshell.Client) error {
+				all, err := c.List(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return printSandboxes(s.out, g, true, all...)
+			})
 		},
 	}
 	cmd.AddCommand(create, get, del, list)

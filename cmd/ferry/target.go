@@ -27,6 +27,16 @@ func (g *globals) client() (*openshell.Client, error) {
 	return openshell.Dial(openshell.Config{Settings: settings})
 }
 
+// withClient runs fn with a gateway client that it closes afterwards.
+func (g *globals) withClient(fn func(*openshell.Client) error) error {
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
+}
+
 // execer returns the channel to run commands on, and its closer.
 func (g *globals) execer() (relay.Execer, func(), error) {
 	if g.ssh == "" {
