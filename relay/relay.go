@@ -134,6 +134,11 @@ func (cmd *Command) Validate() error {
 	if cmd.Timeout < 0 {
 		return fmt.Errorf("%w: negative timeout", ErrInvalid)
 	}
+	// Checked last: the string is only worth building once every part is
+	// within its own limit.
+	if n := len(ShellCommand(cmd.Workdir, cmd.Env, cmd.Argv)); n > MaxCommandLen {
+		return fmt.Errorf("%w: assembled command is %d bytes, exceeds %d byte limit", ErrInvalid, n, MaxCommandLen)
+	}
 	return nil
 }
 

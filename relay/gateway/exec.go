@@ -234,9 +234,6 @@ func (s *Server) command(req *openshellv1.ExecSandboxRequest) (*relay.Command, e
 	if err := cmd.Validate(); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if n := len(relay.ShellCommand(cmd.Workdir, cmd.Env, cmd.Argv)); n > relay.MaxCommandLen {
-		return nil, status.Errorf(codes.InvalidArgument, "command construction failed: %d bytes exceeds %d byte limit", n, relay.MaxCommandLen)
-	}
 	return cmd, nil
 }
 

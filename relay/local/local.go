@@ -251,9 +251,6 @@ func (r *Runner) command(cmd *relay.Command) (*exec.Cmd, error) {
 	env = append([]string(nil), env...)
 	if len(r.cfg.Shell) > 0 {
 		s := relay.ShellCommand(cmd.Workdir, cmd.Env, cmd.Argv)
-		if len(s) > relay.MaxCommandLen {
-			return nil, fmt.Errorf("%w: assembled command is %d bytes, at most %d", relay.ErrInvalid, len(s), relay.MaxCommandLen)
-		}
 		argv := append(append([]string(nil), r.cfg.Shell...), s)
 		c := exec.Command(argv[0], argv[1:]...)
 		c.Dir, c.Env = r.cfg.Dir, env

@@ -151,9 +151,6 @@ func (c *Client) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	if err := cmd.Validate(); err != nil {
 		return 0, err
 	}
-	if n := len(relay.ShellCommand(cmd.Workdir, cmd.Env, cmd.Argv)); n > relay.MaxCommandLen {
-		return 0, fmt.Errorf("%w: assembled command is %d bytes, at most %d", relay.ErrInvalid, n, relay.MaxCommandLen)
-	}
 	id, err := c.SandboxID(ctx, cmd.Sandbox)
 	if err != nil {
 		return 0, err

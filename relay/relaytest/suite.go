@@ -235,6 +235,10 @@ func testInvalid(t *testing.T, x relay.Execer, box string, _ Harness) {
 		many[i] = "x"
 	}
 	many[0] = "true"
+	longArgs := make([]string, 999)
+	for i := range longArgs {
+		longArgs[i] = strings.Repeat("y", 300)
+	}
 	cases := []struct {
 		name string
 		cmd  relay.Command
@@ -249,6 +253,8 @@ func testInvalid(t *testing.T, x relay.Execer, box string, _ Harness) {
 		{"EnvKeyWithEquals", relay.Command{Argv: []string{"true"}, Env: map[string]string{"A=B": "x"}}},
 		{"LongEnvValue", relay.Command{Argv: []string{"true"}, Env: map[string]string{"OK": strings.Repeat("v", relay.MaxEnvValueLen+1)}}},
 		{"LongWorkdir", relay.Command{Argv: []string{"true"}, Workdir: strings.Repeat("d", relay.MaxWorkdirLen+1)}},
+		// Each part within its limit, the assembled shell string not.
+		{"LongAssembledCommand", relay.Command{Argv: append([]string{"true"}, longArgs...)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -44,10 +44,6 @@ func (c *Client) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	if err := cmd.Validate(); err != nil {
 		return -1, err
 	}
-	line := relay.ShellCommand(cmd.Workdir, cmd.Env, cmd.Argv)
-	if len(line) > relay.MaxCommandLen {
-		return -1, fmt.Errorf("%w: assembled command is %d bytes, at most %d", relay.ErrInvalid, len(line), relay.MaxCommandLen)
-	}
 	select {
 	case c.execs <- struct{}{}:
 		defer func() { <-c.execs }()
