@@ -39,7 +39,11 @@ type eventSender interface {
 }
 
 func (s *Server) ExecSandbox(req *openshellv1.ExecSandboxRequest, stream grpc.ServerStreamingServer[openshellv1.ExecSandboxEvent]) error {
-	return s.exec(stream, req, bytes.NewReader(req.GetStdin()))
+	a, err := s.admit(req)
+	if err != nil {
+		return err
+	}
+	return s.exec(stream, a, bytes.NewReader(req.GetStdin()))
 }
 
 func (s *Server) ExecSandboxInteractive(stream grpc.BidiStreamingServer[openshellv1.ExecSandboxInput, openshellv1.ExecSandboxEvent]) error {
@@ -60,7 +64,8 @@ func (s *Server) ExecSandboxInteractive(stream grpc.BidiStreamingServer[openshel
 	// A start that will be refused is refused before the headers, as
 	// upstream refuses it (trailers-only): clients take headers to mean the
 	// start was accepted and begin to stream stdin they cannot take back.
-	if err := s.admit(req); err != nil {
+	a, err := s.admit(req)
+	if err != nil {
 		return err
 	}
 	// Headers go out before any output so a client knows the method exists
@@ -107,7 +112,7 @@ func (s *Server) ExecSandboxInteractive(stream grpc.BidiStreamingServer[openshel
 	if len(req.GetStdin()) > 0 {
 		stdin = io.MultiReader(bytes.NewReader(req.GetStdin()), pr)
 	}
-	err = s.exec(&ctxSender{ctx: ctx, s: stream}, req, stdin)
+	err = s.exec(&ctxSender{ctx: ctx, s: stream}, a, stdin)
 	if cause := context.Cause(ctx); cause != nil && status.Code(cause) == codes.InvalidArgument {
 		err = cause
 	}
@@ -124,26 +129,14 @@ type ctxSender struct {
 func (c *ctxSender) Send(e *openshellv1.ExecSandboxEvent) error { return c.s.Send(e) }
 func (c *ctxSender) Context() context.Context                   { return c.ctx }
 
-// exec runs one request in its sandbox and streams the result; the
-// returned error is the RPC's status.
-func (s *Server) exec(stream eventSender, req *openshellv1.ExecSandboxRequest, stdin io.Reader) error {
+// exec runs an admitted request in its sandbox and streams the result;
+// the returned error is the RPC's status.
+func (s *Server) exec(stream eventSender, a admitted, stdin io.Reader) error {
 	start := time.Now()
-	cmd, err := s.command(req)
-	if err != nil {
-		return err
-	}
-	sb, ok := s.reg.lookup(req.GetSandboxId())
-	if !ok {
-		return status.Error(codes.NotFound, "sandbox not found")
-	}
-	pb := s.reg.record(sb)
-	if pb.GetStatus().GetPhase() != openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
-		return status.Error(codes.FailedPrecondition, "sandbox is not ready")
-	}
-
+	cmd, sb, pb := a.cmd, a.sb, a.pb
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	untrack, ok := s.reg.track(req.GetSandboxId(), func() { cancel(errDeleted) })
+	untrack, ok := s.reg.track(pb.GetMetadata().GetId(), func() { cancel(errDeleted) })
 	if !ok {
 		return status.Error(codes.NotFound, "sandbox not found")
 	}
@@ -198,19 +191,29 @@ func (s *Server) exec(stream eventSender, req *openshellv1.ExecSandboxRequest, s
 	return send(&openshellv1.ExecSandboxEvent{Payload: &openshellv1.ExecSandboxEvent_Exit{Exit: &openshellv1.ExecSandboxExit{ExitCode: int32(code)}}})
 }
 
-// admit refuses a request as exec would, without running anything.
-func (s *Server) admit(req *openshellv1.ExecSandboxRequest) error {
-	if _, err := s.command(req); err != nil {
-		return err
+// admitted is a request that passed admit: its command, and the READY
+// sandbox it runs in as it was then.
+type admitted struct {
+	cmd *relay.Command
+	sb  *sandbox
+	pb  *openshellv1.Sandbox
+}
+
+// admit checks a request's limits and its sandbox, before any response.
+func (s *Server) admit(req *openshellv1.ExecSandboxRequest) (admitted, error) {
+	cmd, err := s.command(req)
+	if err != nil {
+		return admitted{}, err
 	}
 	sb, ok := s.reg.lookup(req.GetSandboxId())
 	if !ok {
-		return status.Error(codes.NotFound, "sandbox not found")
+		return admitted{}, status.Error(codes.NotFound, "sandbox not found")
 	}
-	if s.reg.record(sb).GetStatus().GetPhase() != openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
-		return status.Error(codes.FailedPrecondition, "sandbox is not ready")
+	pb := s.reg.record(sb)
+	if pb.GetStatus().GetPhase() != openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
+		return admitted{}, status.Error(codes.FailedPrecondition, "sandbox is not ready")
 	}
-	return nil
+	return admitted{cmd: cmd, sb: sb, pb: pb}, nil
 }
 
 // command checks a request against the gateway's limits, in upstream's
