@@ -38,10 +38,6 @@ type Config struct {
 	// ChunkSize is the largest piece of output handed to Stdout or Stderr
 	// in one Write. Default 32 KiB.
 	ChunkSize int
-	// CutAfter is a fault-injection hook for tests: when positive, the
-	// channel breaks once that many bytes of output have been delivered, as
-	// a relay dropping mid-stream would, and Exec returns relay.ErrRelayLost.
-	CutAfter int64
 }
 
 // Runner runs processes on this machine.
@@ -74,9 +70,6 @@ func New(cfg Config) (*Runner, error) {
 	}
 	return &Runner{cfg: cfg}, nil
 }
-
-// errCut is what the fault hook's writer fails with.
-var errCut = errors.New("local: output cut by fault hook")
 
 const chunk = 32 << 10
 
@@ -133,13 +126,7 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	stdinErr := make(chan error, 1)
 	go pump(cmd.Stdin, inW, r.cfg.ChunkSize, stdinErr)
 
-	var cut *cutter
 	stdout, stderr := orDiscard(cmd.Stdout), orDiscard(cmd.Stderr)
-	if r.cfg.CutAfter > 0 {
-		cut = &cutter{left: r.cfg.CutAfter}
-		stdout = &cutWriter{c: cut, w: stdout}
-		stderr = &cutWriter{c: cut, w: stderr}
-	}
 	var wg sync.WaitGroup
 	copyErr := make(chan error, 2)
 	for _, p := range []struct {
@@ -190,9 +177,6 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 		return 0, fmt.Errorf("read stdin: %w", err)
 	case err := <-copyErr:
 		finish()
-		if errors.Is(err, errCut) {
-			return 0, fmt.Errorf("exec %s: %w", cmd.Argv[0], relay.ErrRelayLost)
-		}
 		return 0, fmt.Errorf("exec %s: %w", cmd.Argv[0], err)
 	case waitErr = <-exited:
 	}
@@ -221,9 +205,6 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	}
 	select {
 	case err := <-copyErr:
-		if errors.Is(err, errCut) {
-			return 0, fmt.Errorf("exec %s: %w", cmd.Argv[0], relay.ErrRelayLost)
-		}
 		return 0, fmt.Errorf("exec %s: %w", cmd.Argv[0], err)
 	default:
 	}
@@ -343,33 +324,4 @@ func closeAll(fs ...*os.File) {
 	for _, f := range fs {
 		f.Close()
 	}
-}
-
-type cutter struct {
-	mu   sync.Mutex
-	left int64
-}
-
-type cutWriter struct {
-	c *cutter
-	w io.Writer
-}
-
-func (cw *cutWriter) Write(p []byte) (int, error) {
-	cw.c.mu.Lock()
-	n := int64(len(p))
-	if n > cw.c.left {
-		n = cw.c.left
-	}
-	cw.c.left -= n
-	cw.c.mu.Unlock()
-	if n > 0 {
-		if _, err := cw.w.Write(p[:n]); err != nil {
-			return 0, err
-		}
-	}
-	if n < int64(len(p)) {
-		return int(n), errCut
-	}
-	return len(p), nil
 }

@@ -24,7 +24,8 @@ func TestConformance(t *testing.T) {
 	relaytest.Run(t, relaytest.Harness{
 		New: func(t *testing.T) (relay.Execer, string) { return newRunner(t, local.Config{}) },
 		Cut: func(t *testing.T, n int64) (relay.Execer, string) {
-			return newRunner(t, local.Config{CutAfter: n})
+			x, box := newRunner(t, local.Config{})
+			return relaytest.CutOutput(x, n), box
 		},
 		KilledExit: 137,
 	})
@@ -39,11 +40,11 @@ func TestLoginShellMode(t *testing.T) {
 	relaytest.Run(t, relaytest.Harness{
 		New: func(t *testing.T) (relay.Execer, string) { return r, "shell" },
 		Cut: func(t *testing.T, n int64) (relay.Execer, string) {
-			c, err := local.New(local.Config{Dir: t.TempDir(), Shell: []string{"/bin/bash", "-lc"}, CutAfter: n})
+			c, err := local.New(local.Config{Dir: t.TempDir(), Shell: []string{"/bin/bash", "-lc"}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return c, "shell"
+			return relaytest.CutOutput(c, n), "shell"
 		},
 		KilledExit: 1,
 		BigSize:    64 << 20,

@@ -13,6 +13,7 @@ import (
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/gateway"
 	"github.com/ferry-dev/ferry/relay/local"
+	"github.com/ferry-dev/ferry/relay/relaytest"
 	"github.com/ferry-dev/ferry/transfer/posix"
 )
 
@@ -111,10 +112,7 @@ func TestLocal(t *testing.T) {
 	}
 	sameTree(t, "local", untar(t, out.Bytes()), wantTree(sampleTree))
 
-	cx, err := local.New(local.Config{Dir: dir, CutAfter: res.WireBytes / 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cx := relaytest.CutOutput(x, res.WireBytes/2)
 	_, err = posix.Remote{X: cx}.Download(ctxFor(t), "tree", []string{"."}, io.Discard)
 	if !errors.Is(err, relay.ErrRelayLost) {
 		t.Fatalf("err = %v, want relay.ErrRelayLost", err)
