@@ -142,6 +142,8 @@ func TestCopySemantics(t *testing.T) {
 			map[string]string{"new/": "", "new/a.txt": "A", "new/sub/": "", "new/sub/b.txt": "B", "new/empty/": ""}, nil},
 		{"DirContentsIntoExistingDir", map[string]string{"d/keep": "K"}, []string{"dir/."}, "d",
 			map[string]string{"d/": "", "d/keep": "K", "d/a.txt": "A", "d/sub/": "", "d/sub/b.txt": "B", "d/empty/": ""}, nil},
+		{"EmptyDirToMissingPath", nil, []string{"dir/empty"}, "e",
+			map[string]string{"e/": ""}, nil},
 		{"FileToMissingPathRenames", nil, []string{"file.txt"}, "renamed.txt",
 			map[string]string{"renamed.txt": "F"}, nil},
 		{"FileIntoExistingDir", map[string]string{"d/": ""}, []string{"file.txt"}, "d",
