@@ -176,3 +176,24 @@ func TestSessionKeyCLI(t *testing.T) {
 	}
 	wantUsage(t, runFerry(t, nil, "session", "key", "only-one"), "takes 2 argument")
 }
+
+func TestRemotePath(t *testing.T) {
+	for _, tc := range []struct {
+		arg, box, path string
+		remote         bool
+	}{
+		{"box:work/src", "box", "work/src", true},
+		{"box:", "box", ".", true},
+		{"box:/abs", "box", "/abs", true},
+		{"./a:b", "", "", false},
+		{"dir/a:b", "", "", false},
+		{":x", "", "", false},
+		{"plain", "", "", false},
+		{"/abs:x", "", "", false},
+	} {
+		box, p, ok := remotePath(tc.arg)
+		if ok != tc.remote || box != tc.box || p != tc.path {
+			t.Errorf("remotePath(%q) = %q, %q, %v; want %q, %q, %v", tc.arg, box, p, ok, tc.box, tc.path, tc.remote)
+		}
+	}
+}
