@@ -147,16 +147,27 @@ func uploadSecret(ctx context.Context, sb Sandbox, m Mapping) error {
 		return errors.New("a secret must be a regular file")
 	}
 	dir := path.Dir(m.Remote)
-	const script = `mkdir -p -- "$1" && chmod 700 -- "$1"`
-	if code, err := sb.X.Exec(ctx, &relay.Command{Sandbox: sb.Name, Argv: []string{"sh", "-c", script, "sh", dir}}); err != nil || code != 0 {
-		return fmt.Errorf("prepare %s:%s: exit %d: %v", sb.Name, dir, code, err)
+	if err := shell(ctx, sb, `mkdir -p -- "$1" && chmod 700 -- "$1"`, dir); err != nil {
+		return fmt.Errorf("prepare %s:%s: %w", sb.Name, dir, err)
 	}
 	if _, err := Upload(ctx, sb, []string{m.Local}, m.Remote); err != nil {
 		return err
 	}
-	const fix = `chmod 600 -- "$1"`
-	if code, err := sb.X.Exec(ctx, &relay.Command{Sandbox: sb.Name, Argv: []string{"sh", "-c", fix, "sh", m.Remote}}); err != nil || code != 0 {
-		return fmt.Errorf("chmod %s:%s: exit %d: %v", sb.Name, m.Remote, code, err)
+	if err := shell(ctx, sb, `chmod 600 -- "$1"`, m.Remote); err != nil {
+		return fmt.Errorf("chmod %s:%s: %w", sb.Name, m.Remote, err)
+	}
+	return nil
+}
+
+// shell runs a short sh script whose arguments are paths; anything but
+// exit 0 is an error.
+func shell(ctx context.Context, sb Sandbox, script string, args ...string) error {
+	code, err := sb.X.Exec(ctx, &relay.Command{Sandbox: sb.Name, Argv: append([]string{"sh", "-c", script, "sh"}, args...)})
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("exit status %d", code)
 	}
 	return nil
 }
