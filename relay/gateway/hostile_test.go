@@ -175,9 +175,7 @@ func TestHostileOversizedMessages(t *testing.T) {
 		if r.err != nil || r.stdout.String() != "ready\n" {
 			t.Fatalf("before the big chunk: %v", r)
 		}
-		if len(relaytest.Marked(marker)) == 0 {
-			t.Fatal("the process is not running before the big chunk")
-		}
+		relaytest.WaitMarked(t, marker, 5*time.Second)
 		// A send error only means the server has given up on the stream;
 		// Recv has the status.
 		_ = s.Send(&openshellv1.ExecSandboxInput{Payload: &openshellv1.ExecSandboxInput_Stdin{Stdin: make([]byte, 1<<20+1)}})
@@ -346,9 +344,10 @@ func TestHostileInteractiveProtocol(t *testing.T) {
 		}
 		r := &execResult{}
 		collect(r, s.Recv, func(out string) bool { return out == "ready\n" })
-		if r.err != nil || len(relaytest.Marked(marker)) == 0 {
-			t.Fatalf("before the second start: %v, marked processes %v", r, relaytest.Marked(marker))
+		if r.err != nil {
+			t.Fatalf("before the second start: %v", r)
 		}
+		relaytest.WaitMarked(t, marker, 5*time.Second)
 		_ = s.Send(&openshellv1.ExecSandboxInput{Payload: &openshellv1.ExecSandboxInput_Start{Start: start}})
 		collect(r, s.Recv, nil)
 		wantStatus(t, r.err, codes.InvalidArgument, "start may only be sent once")
@@ -394,9 +393,12 @@ func TestHostileVanishingClient(t *testing.T) {
 				if r.err != nil || r.stdout.String() != "ready\n" {
 					t.Fatalf("before vanishing: %v", r)
 				}
-				// sh and its two sleeps.
-				if n := len(relaytest.Marked(marker)); n < 3 {
-					t.Fatalf("%d marked processes before vanishing, want at least 3", n)
+				// sh and its two sleeps; a child still in its exec has no
+				// readable environment yet, so wait a little for all three.
+				for deadline := time.Now().Add(5 * time.Second); len(relaytest.Marked(marker)) < 3; time.Sleep(20 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("%d marked processes before vanishing, want at least 3", len(relaytest.Marked(marker)))
+					}
 				}
 				v.do(cancel, cc)
 				collect(r, s.Recv, nil)

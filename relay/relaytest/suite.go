@@ -381,9 +381,8 @@ func testCancel(t *testing.T, x relay.Execer, box string, h Harness) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("command never printed ready")
 	}
-	if n := len(Marked(marker)); n == 0 {
-		t.Fatal("no process carries the marker: the orphan check below would prove nothing")
-	}
+	// Without a marked process the orphan check below would prove nothing.
+	WaitMarked(t, marker, 5*time.Second)
 	cancel()
 	select {
 	case r := <-done:
@@ -569,6 +568,20 @@ func zombie(pid string) bool {
 	}
 	i := bytes.LastIndexByte(b, ')')
 	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z'
+}
+
+// WaitMarked fails t unless a process carrying marker shows up within d.
+// It polls: a process in the middle of an exec briefly has no readable
+// environment.
+func WaitMarked(t *testing.T, marker string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for len(Marked(marker)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no process carries marker %s after %v", marker, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // WaitNoMarked fails t if processes carrying marker still run after d.
