@@ -43,7 +43,7 @@ var (
 	// sources, a trailing slash) and is not.
 	ErrNotDir = errors.New("ferry: destination is not a directory")
 	// ErrShort means fewer entries arrived than the sender counted.
-	ErrShort = errors.New("ferry: short transfer")
+	ErrShort = transfer.ErrShort
 )
 
 // contents reports whether p asks for a directory's contents ("dir/.").

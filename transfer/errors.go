@@ -36,6 +36,14 @@ var (
 	// entries, unknown type flags), or, for Writer, a source that is a
 	// socket, device or FIFO.
 	ErrUnsupported = errors.New("transfer: unsupported entry type")
+
+	// ErrShort means fewer entries arrived than the sender counted: a
+	// stream that ended early but cleanly, between two entries.
+	ErrShort = errors.New("transfer: short transfer")
+
+	// ErrDigest means what arrived differs from what the sender's trailer
+	// says was sent: a file's digest or size, or the stream's own.
+	ErrDigest = errors.New("transfer: digest mismatch")
 )
 
 // kindError is a sentinel that also matches a broader sentinel.

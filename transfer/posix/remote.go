@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/transfer"
 )
 
 // Remote is one sandbox reached through an exec channel. Paths without a
@@ -21,36 +22,16 @@ type Remote struct {
 	Sandbox string
 }
 
-// Kind is what a path in the sandbox is.
-type Kind int
+// Kind is what a path in the sandbox is; see transfer.Kind.
+type Kind = transfer.Kind
 
 const (
-	// Missing: nothing is there (or a parent cannot be searched).
-	Missing Kind = iota
-	Dir
-	// File is a regular file.
-	File
-	// Symlink is a symbolic link (Stat), or a dangling one (StatFollow).
-	Symlink
-	// Other is anything else: a device, a fifo, a socket.
-	Other
+	Missing = transfer.Missing
+	Dir     = transfer.Dir
+	File    = transfer.File
+	Symlink = transfer.Symlink
+	Other   = transfer.Other
 )
-
-func (k Kind) String() string {
-	switch k {
-	case Missing:
-		return "missing"
-	case Dir:
-		return "dir"
-	case File:
-		return "file"
-	case Symlink:
-		return "symlink"
-	case Other:
-		return "other"
-	}
-	return fmt.Sprintf("Kind(%d)", int(k))
-}
 
 var kinds = map[string]Kind{"missing": Missing, "dir": Dir, "file": File, "symlink": Symlink, "other": Other}
 

@@ -1,0 +1,77 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+)
+
+// ServerConfig is what the agent needs to serve.
+type ServerConfig struct {
+	// Workspace is the directory relative paths start from; empty means
+	// the process's working directory.
+	Workspace string
+	// TempDir is the sandbox's temporary directory, reported by Probe.
+	TempDir string
+	// Version is the agent's release string, reported by Probe.
+	Version string
+	// Digest is the agent binary's SHA-256, sent in the hello.
+	Digest [32]byte
+	// Logger receives the agent's own log lines (on its stderr); nil
+	// discards them. Never stdout: that is the protocol stream.
+	Logger *slog.Logger
+}
+
+// server implements ferry.agent.v1.Agent. Its methods live in one file per
+// operation.
+type server struct {
+	agentv1.UnimplementedAgentServer
+	cfg ServerConfig
+	log *slog.Logger
+}
+
+// Serve runs the agent's side of one connection: it writes its hello to w,
+// reads and checks the host's from r, then serves gRPC on r and w until the
+// host closes the stream or ctx ends. A host of another protocol version
+// gets the agent's hello (so it learns the version) and then an error.
+func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg ServerConfig) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := WriteHello(w, Hello{Version: ProtocolVersion, Digest: cfg.Digest}); err != nil {
+		return err
+	}
+	// The host's stdin carries nothing before its hello.
+	if _, err := ReadHello(r, 0); err != nil {
+		return fmt.Errorf("read host hello: %w", err)
+	}
+	ended := make(chan struct{})
+	var once sync.Once
+	conn := newStreamConn(r, w, func() error {
+		once.Do(func() { close(ended) })
+		return nil
+	})
+	lis := newOneListener(conn)
+	gs := grpc.NewServer(serverOptions()...)
+	agentv1.RegisterAgentServer(gs, &server{cfg: cfg, log: log})
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(lis) }()
+	select {
+	case <-ended:
+	case <-ctx.Done():
+	}
+	gs.Stop()
+	lis.Close()
+	if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return ctx.Err()
+}
