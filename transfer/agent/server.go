@@ -67,6 +67,10 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg ServerConfig) erro
 	select {
 	case <-ended:
 	case <-ctx.Done():
+		// gRPC's Stop waits for its reader, which only a closed r ends.
+		if c, ok := r.(io.Closer); ok {
+			c.Close()
+		}
 	}
 	gs.Stop()
 	lis.Close()

@@ -1,0 +1,90 @@
+package agenttest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/ferry-dev/ferry/transfer/agent"
+)
+
+var (
+	buildOnce sync.Once
+	built     agent.Bundle
+	buildErr  error
+	buildOut  []byte
+)
+
+// Bundle builds the agent for this machine's architecture, once per test
+// process (Go's build cache makes later processes quick), and returns it as
+// the bundle a host installs from.
+func Bundle(t testing.TB) agent.Bundle {
+	t.Helper()
+	buildOnce.Do(func() { built, buildOut, buildErr = build(runtime.GOARCH, nil) })
+	if buildErr != nil {
+		t.Fatalf("build agent: %v\n%s", buildErr, buildOut)
+	}
+	return built
+}
+
+// BuildVersion builds the agent with a different version string, so that
+// it is a different binary (another digest): a stale agent.
+func BuildVersion(t testing.TB, version string) agent.Binary {
+	t.Helper()
+	b, out, err := build(runtime.GOARCH, []string{"-ldflags=-X main.version=" + version})
+	if err != nil {
+		t.Fatalf("build agent: %v\n%s", err, out)
+	}
+	return b[runtime.GOARCH]
+}
+
+// Raw returns the uncompressed binary of a build.
+func Raw(t testing.TB, b agent.Binary) []byte {
+	t.Helper()
+	d, err := zstd.NewReader(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	raw, err := d.DecodeAll(b.Zstd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+func build(arch string, flags []string) (agent.Bundle, []byte, error) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	dir, err := os.MkdirTemp("", "ferry-agenttest-")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "ferry-agent")
+	args := append([]string{"build", "-trimpath", "-o", bin}, flags...)
+	cmd := exec.Command("go", append(args, "./cmd/ferry-agent")...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, out, err
+	}
+	raw, err := os.ReadFile(bin)
+	if err != nil {
+		return nil, nil, err
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	if err != nil {
+		return nil, nil, err
+	}
+	z := enc.EncodeAll(raw, nil)
+	enc.Close()
+	return agent.Bundle{arch: {Arch: arch, Digest: sha256.Sum256(raw), Zstd: bytes.Clone(z)}}, nil, nil
+}

@@ -1,0 +1,455 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/ferry-dev/ferry/relay"
+)
+
+// ErrUnavailable means the agent cannot run in this sandbox: no build for
+// its OS or architecture, a temp directory that is not writable or is
+// mounted noexec, or a ferry built without agents. The error says which;
+// auto mode falls back to POSIX mode on it.
+var ErrUnavailable = errors.New("agent: cannot run in this sandbox")
+
+// DialConfig says how to reach the agent in one sandbox.
+type DialConfig struct {
+	X       relay.Execer
+	Sandbox string
+	// Bundle is the agent builds to install from.
+	Bundle Bundle
+	// MaxBanner bounds the output a login shell may print before the
+	// agent's hello; default DefaultMaxSkip.
+	MaxBanner int
+	Logger    *slog.Logger
+}
+
+// Dialled reports what a Dial did, for logs and --json.
+type Dialled struct {
+	// Installed is true when the agent had to be streamed in.
+	Installed bool
+	// Execs is how many execs the dial took: one when a cached agent
+	// answered.
+	Execs int
+}
+
+// The serve script runs the cached agent for this machine if there is one,
+// and otherwise describes the sandbox on one line and exits: one exec in
+// the common case. $1 and $2 are the cache keys of the amd64 and arm64
+// builds ("-" when the host has none); $3 is "serve", or "probe" to
+// describe the sandbox even when an agent is cached.
+const serveScript = `m=$(uname -m); s=$(uname -s); h=-; ` +
+	`case "$s/$m" in Linux/x86_64|Linux/amd64) h=$1;; Linux/aarch64|Linux/arm64|Linux/armv8l) h=$2;; esac; ` +
+	`d="${TMPDIR:-/tmp}/.ferry-$(id -u)"; ` +
+	`if [ "$3" = serve ] && [ "$h" != - ] && [ -x "$d/agent-$h" ]; then exec "$d/agent-$h" serve; fi; ` +
+	`z=raw; if command -v zstd >/dev/null 2>&1; then z=zstd; elif command -v gzip >/dev/null 2>&1; then z=gzip; fi; ` +
+	`printf '\nFERRY-PROBE %s %s %s %s\n' "$s" "$m" "$z" "$d"`
+
+// The install script writes the agent from stdin to a temporary name in the
+// cache directory and renames it into place, so that two hosts installing
+// at once, or one cut off halfway, never leave a broken agent under the
+// name the serve script runs. $1 is the directory, $2 the key, $3 how stdin
+// is encoded.
+const installScript = `set -e; umask 077; mkdir -p "$1"; t="$1/.agent-$2.$$"; trap 'rm -f "$t"' EXIT; ` +
+	`case "$3" in zstd) zstd -dcq >"$t";; gzip) gzip -dc >"$t";; *) cat >"$t";; esac; ` +
+	`chmod 0700 "$t"; mv -f "$t" "$1/agent-$2"; trap - EXIT`
+
+// Dial starts the agent in the sandbox, installing it first when it is
+// missing or is not a build the host carries, and returns a client
+// talking to it through one exec. The exec lives until Close.
+func Dial(ctx context.Context, cfg DialConfig) (*Client, Dialled, error) {
+	var d Dialled
+	if len(cfg.Bundle) == 0 {
+		return nil, d, fmt.Errorf("%w: this ferry carries no agent builds (build it with `make build`)", ErrUnavailable)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c, pr, err := serve(ctx, cfg, false)
+	d.Execs++
+	var verr *VersionError
+	switch {
+	case err == nil && ours(cfg.Bundle, c.Hello):
+		return c, d, nil
+	case err == nil:
+		// A stale agent under our key (a copy that is not what we
+		// installed): replace it.
+		log.Info("cached agent is not ours; reinstalling", "sandbox", cfg.Sandbox, "agent", c.Hello.String())
+		c.Close()
+	case errors.As(err, &verr):
+		log.Info("cached agent speaks another protocol; reinstalling", "sandbox", cfg.Sandbox, "err", err)
+	case errors.Is(err, errNoAgent):
+	default:
+		return nil, d, err
+	}
+	if !errors.Is(err, errNoAgent) {
+		// The stale agent answered instead of the probe: ask again.
+		if _, pr, err = serve(ctx, cfg, true); !errors.Is(err, errNoAgent) {
+			return nil, d, fmt.Errorf("probe %s: %w", cfg.Sandbox, err)
+		}
+		d.Execs++
+	}
+	bin, ok := cfg.Bundle[pr.arch]
+	if !ok {
+		return nil, d, fmt.Errorf("%w: no agent build for %s %s", ErrUnavailable, pr.os, pr.machine)
+	}
+	start := time.Now()
+	n, err := install(ctx, cfg, pr, bin)
+	d.Execs++
+	if err != nil {
+		return nil, d, err
+	}
+	d.Installed = true
+	log.Info("agent installed", "sandbox", cfg.Sandbox, "arch", bin.Arch, "encoding", pr.decoder, "wire_bytes", n, "seconds", time.Since(start).Seconds())
+	c, _, err = serve(ctx, cfg, false)
+	d.Execs++
+	if err != nil {
+		return nil, d, fmt.Errorf("start agent in %s after installing it: %w", cfg.Sandbox, err)
+	}
+	if c.Hello.Digest != bin.Digest {
+		c.Close()
+		return nil, d, fmt.Errorf("agent in %s: runs %s after a reinstall, want sha256:%x", cfg.Sandbox, c.Hello, bin.Digest[:6])
+	}
+	return c, d, nil
+}
+
+// errNoAgent: the serve script found no cached agent and printed its
+// probe line instead.
+var errNoAgent = fmt.Errorf("%w: no cached agent", ErrUnavailable)
+
+// ours reports whether h is the hello of a build in b.
+func ours(b Bundle, h Hello) bool {
+	for _, bin := range b {
+		if bin.Digest == h.Digest {
+			return true
+		}
+	}
+	return false
+}
+
+// probeResult is what the serve script said when it ran no agent.
+type probeResult struct {
+	os, machine, arch, decoder, dir string
+}
+
+// keys are the serve script's arguments: each build's cache key.
+func keys(b Bundle) []string {
+	k := []string{"-", "-"}
+	for i, arch := range []string{"amd64", "arm64"} {
+		if bin, ok := b[arch]; ok {
+			k[i] = bin.key()
+		}
+	}
+	return k
+}
+
+// serve runs the serve script. It returns a client when an agent answered
+// with a hello of our version; otherwise the probe line, if the script
+// printed one, and an error.
+func serve(ctx context.Context, cfg DialConfig, probeOnly bool) (*Client, probeResult, error) {
+	what := "serve"
+	if probeOnly {
+		what = "probe"
+	}
+	var pr probeResult
+	stdinR, stdinW := io.Pipe()
+	stdoutR, stdoutW := io.Pipe()
+	stderr := &tailBuffer{max: 8 << 10}
+	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	x := &execution{done: make(chan struct{})}
+	go func() {
+		code, err := cfg.X.Exec(ectx, &relay.Command{
+			Sandbox: cfg.Sandbox,
+			Argv:    append(append([]string{"sh", "-c", serveScript, "sh"}, keys(cfg.Bundle)...), what),
+			Stdin:   stdinR,
+			Stdout:  stdoutW,
+			Stderr:  stderr,
+		})
+		x.finish(code, err, stderr)
+		// Record first, then wake the readers: an RPC that fails because
+		// the stream ended finds the reason.
+		stdoutW.CloseWithError(x.err())
+		stdinR.CloseWithError(io.ErrClosedPipe)
+	}()
+	// teardown ends the exec: EOF on the agent's stdin lets it exit
+	// cleanly; one that does not is cancelled.
+	teardown := func() error {
+		stdinW.Close()
+		// What the agent writes while it shuts down (a GOAWAY) must be
+		// read, or its exit waits on a full pipe; gRPC's reader may be
+		// gone already.
+		drained := make(chan struct{})
+		go func() {
+			io.Copy(io.Discard, stdoutR)
+			close(drained)
+		}()
+		defer func() { <-drained }()
+		select {
+		case <-x.done:
+		case <-time.After(5 * time.Second):
+			cancel()
+			<-x.done
+		}
+		cancel()
+		stdoutR.CloseWithError(io.ErrClosedPipe)
+		return x.closeErr()
+	}
+	head := &headBuffer{max: 64 << 10}
+	out := io.TeeReader(stdoutR, head)
+	maxSkip := cfg.MaxBanner
+	if maxSkip <= 0 {
+		maxSkip = DefaultMaxSkip
+	}
+	type hello struct {
+		c   *Client
+		err error
+	}
+	got := make(chan hello, 1)
+	go func() {
+		c, err := NewClient(readerFunc(func(p []byte) (int, error) {
+			// The tee records the banner and the hello only.
+			if head.full() {
+				return stdoutR.Read(p)
+			}
+			return out.Read(p)
+		}), stdinW, maxSkip, teardown)
+		got <- hello{c, err}
+	}()
+	var h hello
+	select {
+	case h = <-got:
+	case <-ctx.Done():
+		cancel()
+		h = <-got
+		if h.c != nil {
+			h.c.Close()
+		} else {
+			teardown()
+		}
+		return nil, pr, ctx.Err()
+	}
+	if h.err == nil {
+		h.c.err = x.err
+		head.stop()
+		return h.c, pr, nil
+	}
+	var verr *VersionError
+	if errors.As(h.err, &verr) {
+		h.c.Close()
+		return nil, pr, h.err
+	}
+	teardown()
+	// No hello: the script's probe line, or why the agent did not start.
+	for _, line := range strings.Split(head.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 5 && f[0] == "FERRY-PROBE" {
+			pr = probeResult{os: f[1], machine: f[2], decoder: f[3], dir: f[4]}
+			if f[1] == "Linux" {
+				pr.arch = archOf(f[2])
+			}
+			return nil, pr, errNoAgent
+		}
+	}
+	return nil, pr, fmt.Errorf("%w: the agent did not start in %s: %v%s", ErrUnavailable, cfg.Sandbox, x.exitDesc(), stderrSuffix(stderr))
+}
+
+// install streams the agent build into the sandbox's cache, encoded for
+// what the sandbox can decode.
+func install(ctx context.Context, cfg DialConfig, pr probeResult, bin Binary) (int64, error) {
+	var payload []byte
+	switch pr.decoder {
+	case "zstd":
+		payload = bin.Zstd
+	default:
+		raw, err := decodeZstd(bin.Zstd)
+		if err != nil {
+			return 0, fmt.Errorf("agent build %s: %w", bin.Arch, err)
+		}
+		payload = raw
+		if pr.decoder == "gzip" {
+			var b bytes.Buffer
+			zw, _ := gzip.NewWriterLevel(&b, gzip.BestSpeed)
+			zw.Write(raw)
+			zw.Close()
+			payload = b.Bytes()
+		}
+	}
+	dir := pr.dir
+	stderr := &tailBuffer{max: 8 << 10}
+	code, err := cfg.X.Exec(ctx, &relay.Command{
+		Sandbox: cfg.Sandbox,
+		Argv:    []string{"sh", "-c", installScript, "sh", dir, bin.key(), pr.decoder},
+		Stdin:   bytes.NewReader(payload),
+		Stdout:  io.Discard,
+		Stderr:  stderr,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("install agent in %s: %w", cfg.Sandbox, err)
+	}
+	if code != 0 {
+		return 0, fmt.Errorf("%w: install into %s failed: exit %d%s", ErrUnavailable, dir, code, stderrSuffix(stderr))
+	}
+	return int64(len(payload)), nil
+}
+
+func decodeZstd(z []byte) ([]byte, error) {
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(256<<20))
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.DecodeAll(z, nil)
+}
+
+// execution is how the agent's exec ended.
+type execution struct {
+	mu     sync.Mutex
+	done   chan struct{}
+	ended  bool
+	code   int
+	xerr   error
+	stderr string
+}
+
+func (x *execution) finish(code int, err error, stderr *tailBuffer) {
+	x.mu.Lock()
+	x.ended, x.code, x.xerr, x.stderr = true, code, err, strings.TrimSpace(stderr.String())
+	x.mu.Unlock()
+	close(x.done)
+}
+
+// err is why the stream ended, while the client was in use: a lost relay,
+// or an agent that exited (crashed, killed) before the host closed it.
+func (x *execution) err() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	switch {
+	case !x.ended:
+		return nil
+	case x.xerr != nil:
+		return x.xerr
+	default:
+		return fmt.Errorf("agent exited: %s", x.desc())
+	}
+}
+
+// closeErr is the exec's outcome after the host closed the agent's stdin:
+// exit 0 is clean.
+func (x *execution) closeErr() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.xerr != nil {
+		return x.xerr
+	}
+	if x.code != 0 {
+		return fmt.Errorf("agent exited: %s", x.desc())
+	}
+	return nil
+}
+
+func (x *execution) exitDesc() string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.xerr != nil {
+		return x.xerr.Error()
+	}
+	return x.desc()
+}
+
+func (x *execution) desc() string {
+	s := fmt.Sprintf("exit %d", x.code)
+	if x.stderr != "" {
+		s += ": " + clip(x.stderr)
+	}
+	return s
+}
+
+func stderrSuffix(t *tailBuffer) string {
+	if s := strings.TrimSpace(t.String()); s != "" {
+		return ": " + clip(s)
+	}
+	return ""
+}
+
+func clip(s string) string {
+	if len(s) > 300 {
+		s = "..." + s[len(s)-300:]
+	}
+	return strings.ReplaceAll(s, "\n", "; ")
+}
+
+// tailBuffer keeps the last max bytes written.
+type tailBuffer struct {
+	mu  sync.Mutex
+	b   []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+// headBuffer keeps the first max bytes written, until stopped.
+type headBuffer struct {
+	mu      sync.Mutex
+	b       []byte
+	max     int
+	stopped bool
+}
+
+func (h *headBuffer) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.stopped {
+		if room := h.max - len(h.b); room > 0 {
+			h.b = append(h.b, p[:min(len(p), room)]...)
+		}
+	}
+	return len(p), nil
+}
+
+func (h *headBuffer) full() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stopped || len(h.b) >= h.max
+}
+
+func (h *headBuffer) stop() {
+	h.mu.Lock()
+	h.stopped, h.b = true, nil
+	h.mu.Unlock()
+}
+
+func (h *headBuffer) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return string(h.b)
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

@@ -1,0 +1,124 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/ferry-dev/ferry/relay/local"
+	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+)
+
+// sandbox is a local "sandbox": a workspace and a private temp dir, run
+// through a shell like a gateway's, optionally with a login banner.
+func sandbox(t *testing.T, banner bool) (agent.DialConfig, string) {
+	t.Helper()
+	ws, tmp := t.TempDir(), t.TempDir()
+	shell := []string{"/bin/sh", "-c", `eval "$0"`}
+	if banner {
+		shell = []string{"/bin/sh", "-c", `printf 'Welcome to the sandbox\nlast login: never\n'; eval "$0"`}
+	}
+	env := append(os.Environ(), "TMPDIR="+tmp)
+	x, err := local.New(local.Config{Dir: ws, Env: env, Shell: shell})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return agent.DialConfig{X: x, Sandbox: "box", Bundle: agenttest.Bundle(t)}, tmp
+}
+
+func TestDialInstallsOnceThenReuses(t *testing.T) {
+	for _, banner := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "banner"}[banner], func(t *testing.T) {
+			ctx := context.Background()
+			cfg, _ := sandbox(t, banner)
+			c, d, err := agent.Dial(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Installed || d.Execs != 3 {
+				t.Errorf("first dial = %+v, want installed in 3 execs", d)
+			}
+			p, err := c.Probe(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.GetArch() != runtime.GOARCH {
+				t.Errorf("probe arch = %q", p.GetArch())
+			}
+			if err := c.Close(); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+			c, d, err = agent.Dial(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if d.Installed || d.Execs != 1 {
+				t.Errorf("second dial = %+v, want the cached agent in 1 exec", d)
+			}
+		})
+	}
+}
+
+func TestDialReplacesStaleAgent(t *testing.T) {
+	ctx := context.Background()
+	cfg, tmp := sandbox(t, true)
+	c, _, err := agent.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	// Another build now sits under our key.
+	matches, _ := filepath.Glob(filepath.Join(tmp, ".ferry-*", "agent-*"))
+	if len(matches) != 1 {
+		t.Fatalf("cached agents: %v", matches)
+	}
+	stale := agenttest.Raw(t, agenttest.BuildVersion(t, "stale"))
+	if err := os.WriteFile(matches[0], stale, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c, d, err := agent.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !d.Installed {
+		t.Errorf("dial = %+v, want a reinstall", d)
+	}
+	if want := cfg.Bundle[runtime.GOARCH].Digest; c.Hello.Digest != want {
+		t.Errorf("hello %v, want our digest", c.Hello)
+	}
+}
+
+func TestDialUnavailable(t *testing.T) {
+	ctx := context.Background()
+	cfg, _ := sandbox(t, false)
+	other := "arm64"
+	if runtime.GOARCH == "arm64" {
+		other = "amd64"
+	}
+	b := cfg.Bundle[runtime.GOARCH]
+	b.Arch = other
+	tests := []struct {
+		name   string
+		bundle agent.Bundle
+		want   string
+	}{
+		{"no builds", nil, "carries no agent"},
+		{"other arch only", agent.Bundle{other: b}, "no agent build for Linux"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg.Bundle = tt.bundle
+			_, _, err := agent.Dial(ctx, cfg)
+			if !errors.Is(err, agent.ErrUnavailable) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want ErrUnavailable saying %q", err, tt.want)
+			}
+		})
+	}
+}
