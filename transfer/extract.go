@@ -3,8 +3,10 @@ package transfer
 import (
 	"archive/tar"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -68,6 +70,15 @@ type ExtractOptions struct {
 	// an error from it leaves dest untouched and is returned as is. A
 	// caller checks a trailer here, such as the sender's own count.
 	Verify func(Stats) error
+	// OnFile, when non-nil, makes Extract hash every regular file it keeps,
+	// in the pass that writes it, and call OnFile with its FileDigest once
+	// the file is complete in the staging tree, in stream order (a later
+	// entry of the same name is reported again). Hard links have no data
+	// of their own and are not reported. It is called before Verify and
+	// before anything is placed; an error from it stops the extraction as
+	// an *EntryError naming the entry. A caller collects the digests here
+	// and compares them with the sender's in Verify.
+	OnFile func(FileDigest) error
 }
 
 // Extract reads a tar stream from r and places the tree it holds at dest.
@@ -122,15 +133,16 @@ func Extract(ctx context.Context, r io.Reader, dest string, opts ExtractOptions)
 	}()
 	sr := &streamReader{r: r, ctx: ctx}
 	x := &extractor{
-		ctx:   ctx,
-		root:  st.root,
-		lim:   lim,
-		sel:   opts.Select,
-		chown: opts.Chown && os.Geteuid() == 0,
-		sr:    sr,
-		tr:    tar.NewReader(sr),
-		buf:   make([]byte, 256<<10),
-		dirs:  map[string]*dirMeta{rootName: {}},
+		ctx:    ctx,
+		root:   st.root,
+		lim:    lim,
+		sel:    opts.Select,
+		onFile: opts.OnFile,
+		chown:  opts.Chown && os.Geteuid() == 0,
+		sr:     sr,
+		tr:     tar.NewReader(sr),
+		buf:    make([]byte, 256<<10),
+		dirs:   map[string]*dirMeta{rootName: {}},
 	}
 	if err := x.run(); err != nil {
 		return x.stats, err
@@ -159,10 +171,13 @@ type extractor struct {
 	lim   Limits
 	sel   func(string) bool
 	chown bool
-	sr    *streamReader
-	tr    *tar.Reader
-	buf   []byte
-	stats Stats
+
+	onFile func(FileDigest) error
+	hash   hash.Hash // for onFile
+	sr     *streamReader
+	tr     *tar.Reader
+	buf    []byte
+	stats  Stats
 
 	entries int64 // headers read
 	total   int64 // regular-file bytes declared so far
@@ -295,7 +310,15 @@ func (x *extractor) file(hdr *tar.Header, name string, keep bool) error {
 	if err != nil {
 		return err
 	}
-	n, err := io.CopyBuffer(onlyWriter{f}, onlyReader{x.tr}, x.buf)
+	var dst io.Writer = onlyWriter{f}
+	if x.onFile != nil {
+		if x.hash == nil {
+			x.hash = sha256.New()
+		}
+		x.hash.Reset()
+		dst = io.MultiWriter(f, x.hash)
+	}
+	n, err := io.CopyBuffer(dst, onlyReader{x.tr}, x.buf)
 	x.stats.Bytes += n
 	if err != nil {
 		f.Close()
@@ -310,7 +333,14 @@ func (x *extractor) file(hdr *tar.Header, name string, keep bool) error {
 	}
 	x.stats.Files++
 	if byPath {
-		return x.setMeta(name, hdr)
+		if err := x.setMeta(name, hdr); err != nil {
+			return err
+		}
+	}
+	if x.onFile != nil {
+		d := FileDigest{Name: name, Size: n}
+		x.hash.Sum(d.SHA256[:0])
+		return x.onFile(d)
 	}
 	return nil
 }

@@ -3,14 +3,17 @@ package transfer
 import (
 	"archive/tar"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // Writer streams a tar archive of local trees in PAX format: nanosecond
@@ -30,6 +33,9 @@ type Writer struct {
 	stats  Stats
 	err    error
 	closed bool
+
+	hash    hash.Hash // set by HashFiles
+	digests []FileDigest
 }
 
 var errClosed = errors.New("transfer: writer closed")
@@ -76,6 +82,49 @@ func (w *Writer) Add(ctx context.Context, src, name string) error {
 		prefix = filepath.Base(src)
 	}
 	if err := w.add(ctx, src, prefix, fi); err != nil {
+		w.err = err
+	}
+	return w.err
+}
+
+// AddRoot writes the directory src as the archive's root: an entry "./"
+// with src's mode and mtime, then src's contents as Add(ctx, src, ".")
+// writes them. It is what `tar -C src -c .` writes, so that Extract with
+// PlaceNew gives dest src's own mode and mtime. src is followed if it is a
+// symlink, as `tar -C` does; it must be a directory. The root entry is not
+// counted in Stats, as Extract does not count it.
+func (w *Writer) AddRoot(ctx context.Context, src string) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.closed {
+		return errClosed
+	}
+	fi, err := os.Stat(src)
+	if err != nil {
+		w.err = fmt.Errorf("add %s: %w", src, err)
+		return w.err
+	}
+	if !fi.IsDir() {
+		w.err = fmt.Errorf("add %s: %w", src, syscall.ENOTDIR)
+		return w.err
+	}
+	if err := ctx.Err(); err != nil {
+		w.err = fmt.Errorf("add %s: %w", src, err)
+		return w.err
+	}
+	hdr := &tar.Header{
+		Typeflag: tar.TypeDir,
+		Name:     "./",
+		Mode:     tarMode(fi.Mode()),
+		ModTime:  fi.ModTime(),
+		Format:   tar.FormatPAX,
+	}
+	if err := w.tw.WriteHeader(hdr); err != nil {
+		w.err = fmt.Errorf("add %s: %w", src, err)
+		return w.err
+	}
+	if err := w.add(ctx, src, "", fi); err != nil {
 		w.err = err
 	}
 	return w.err
@@ -178,7 +227,12 @@ func (w *Writer) addFile(p string, hdr *tar.Header, fi fs.FileInfo) error {
 	if w.buf == nil {
 		w.buf = make([]byte, 256<<10)
 	}
-	n, err := io.CopyBuffer(onlyWriter{w.tw}, onlyReader{io.LimitReader(f, hdr.Size)}, w.buf)
+	var dst io.Writer = onlyWriter{w.tw}
+	if w.hash != nil {
+		w.hash.Reset()
+		dst = io.MultiWriter(w.tw, w.hash)
+	}
+	n, err := io.CopyBuffer(dst, onlyReader{io.LimitReader(f, hdr.Size)}, w.buf)
 	w.stats.Bytes += n
 	if err != nil {
 		return fmt.Errorf("add %s: %w", p, err)
@@ -187,8 +241,26 @@ func (w *Writer) addFile(p string, hdr *tar.Header, fi fs.FileInfo) error {
 		return fmt.Errorf("add %s: file shrank from %d to %d bytes while being read", p, hdr.Size, n)
 	}
 	w.stats.Files++
+	if w.hash != nil {
+		d := FileDigest{Name: hdr.Name, Size: n}
+		w.hash.Sum(d.SHA256[:0])
+		w.digests = append(w.digests, d)
+	}
 	return nil
 }
+
+// HashFiles makes Add compute the SHA-256 of every regular file it writes
+// from then on, in the pass that copies the data, and record its
+// FileDigest for Digests. Without it nothing is hashed.
+func (w *Writer) HashFiles() {
+	if w.hash == nil {
+		w.hash = sha256.New()
+	}
+}
+
+// Digests lists the regular files written since HashFiles, in archive
+// order. The slice is the Writer's own: it grows with later Adds.
+func (w *Writer) Digests() []FileDigest { return w.digests }
 
 // tarMode maps a Go file mode to tar's mode field: permission bits plus
 // setuid (04000), setgid (02000) and sticky (01000).
