@@ -62,6 +62,8 @@ func NewClient(r io.Reader, w io.Writer, maxSkip int, closeFn func() error) (*Cl
 		conn.Close()
 		return nil, fmt.Errorf("agent client: %w", err)
 	}
+	// Connect now: the agent's first frames are waiting in the pipe.
+	cc.Connect()
 	return &Client{Hello: h, rpc: agentv1.NewAgentClient(cc), cc: cc, conn: conn}, nil
 }
 

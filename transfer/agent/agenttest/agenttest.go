@@ -30,6 +30,8 @@ func InProcess(t testing.TB, cfg agent.ServerConfig) *agent.Client {
 	closeFn := func() error {
 		once.Do(func() {
 			fromHost.Close()
+			// The server may be blocked writing a frame nobody reads yet.
+			go io.Copy(io.Discard, fromAgent)
 			serr = <-served
 			cancel()
 			fromAgent.Close()

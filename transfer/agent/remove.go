@@ -1,0 +1,75 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+)
+
+func (s *server) Remove(ctx context.Context, req *agentv1.RemoveRequest) (*agentv1.RemoveResponse, error) {
+	ws, err := s.workspace()
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("workspace: %w", err))
+	}
+	for _, p := range req.GetPaths() {
+		if err := checkRemotePath("remove", p); err != nil {
+			return nil, toStatus(err)
+		}
+		abs := filepath.Clean(s.abs(p))
+		if abs == filepath.Dir(abs) || abs == filepath.Clean(ws) {
+			return nil, toStatus(fmt.Errorf("remove %s: %w: the file system's or the workspace's root", p, ErrInvalidPath))
+		}
+	}
+	for _, p := range req.GetPaths() {
+		if err := ctx.Err(); err != nil {
+			return nil, toStatus(err)
+		}
+		if err := removeAll(filepath.Clean(s.abs(p))); err != nil {
+			return nil, toStatus(fmt.Errorf("remove %s: %w", p, err))
+		}
+	}
+	return &agentv1.RemoveResponse{}, nil
+}
+
+// removeAll is os.RemoveAll that also removes directories without write
+// permission for their owner (a tree extracted from an archive may hold
+// some): on failure it makes the directories under p writable and tries
+// again. A symlink is removed, never followed.
+func removeAll(p string) error {
+	err := os.RemoveAll(p)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(q, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(p)
+}
+
+// Remove deletes paths in the sandbox, directories with their contents,
+// in one call. A missing path is not an error; the root of the file
+// system and the workspace itself are refused (ErrInvalidPath), as is
+// any path before anything is removed.
+func (c *Client) Remove(ctx context.Context, paths ...string) error {
+	for _, p := range paths {
+		if err := checkRemotePath("remove", p); err != nil {
+			return err
+		}
+	}
+	if len(paths) == 0 {
+		return nil
+	}
+	_, err := c.rpc.Remove(ctx, &agentv1.RemoveRequest{Paths: paths})
+	return c.callErr(opPaths("remove", paths), err)
+}

@@ -1,0 +1,338 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"path"
+	"strings"
+
+	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/frame"
+)
+
+// A tree travels as Put and Get carry it: data messages holding a frame
+// stream (package frame) of a tar stream made by transfer.Writer with
+// per-file digests, then one Trailer, the last message. The receiver
+// extracts with transfer.Extract and, before anything is placed, checks
+// that the frame stream ended with its own verified trailer right after
+// the tar's end-of-archive blocks, that the Trailer message came next and
+// last, and that the entries, bytes and every file's name, size and
+// SHA-256 equal the Trailer's.
+
+// Result is what a Put or Get moved.
+type Result struct {
+	// Stats counts the tree: for Put what the host wrote (and the agent
+	// extracted), for Get what the host extracted.
+	transfer.Stats
+	// WireBytes is the payload of the data messages: the framed,
+	// compressed tar stream.
+	WireBytes int64
+	// Entries is the sender's count from its trailer: Files + Dirs +
+	// Symlinks.
+	Entries int64
+}
+
+// ErrInvalidPath means a path or name was refused before any call: empty,
+// holding NUL, newline or carriage return, or (a Get name) absolute or
+// leading out of its directory.
+var ErrInvalidPath = errors.New("agent: invalid path")
+
+// checkRemotePath refuses what no operation sends to the agent
+// (DESIGN.md, "Rules everywhere").
+func checkRemotePath(op, p string) error {
+	if p == "" {
+		return fmt.Errorf("%s: %w: empty", op, ErrInvalidPath)
+	}
+	if strings.ContainsAny(p, "\x00\n\r") {
+		return fmt.Errorf("%s %q: %w: contains NUL, newline or carriage return", op, p, ErrInvalidPath)
+	}
+	return nil
+}
+
+// opPaths names an operation on paths for an error.
+func opPaths(op string, paths []string) string {
+	if len(paths) == 1 {
+		return op + " " + paths[0]
+	}
+	return fmt.Sprintf("%s %d paths", op, len(paths))
+}
+
+// memberName checks a Get name and cleans it: "." for the directory's
+// contents, or a relative path inside the directory (as POSIX mode takes
+// it).
+func memberName(op, n string) (string, error) {
+	if err := checkRemotePath(op, n); err != nil {
+		return "", err
+	}
+	c := path.Clean(n)
+	if path.IsAbs(c) || c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("%s %q: %w: not a relative path inside the directory", op, n, ErrInvalidPath)
+	}
+	return c, nil
+}
+
+// chunkWriter cuts a byte stream into data messages of ChunkSize bytes
+// (the last one shorter). send gets a buffer that is never touched again:
+// gRPC may hold a message after SendMsg returns. Its error is sticky.
+type chunkWriter struct {
+	send   func([]byte) error
+	buf    []byte
+	wire   int64
+	err    error
+	failed bool // send failed: the stream is over, its status tells why
+}
+
+func (c *chunkWriter) Write(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n := len(p)
+	for len(p) > 0 {
+		if c.buf == nil {
+			c.buf = make([]byte, 0, ChunkSize)
+		}
+		k := copy(c.buf[len(c.buf):cap(c.buf)], p)
+		c.buf, p = c.buf[:len(c.buf)+k], p[k:]
+		if len(c.buf) == cap(c.buf) {
+			if err := c.Flush(); err != nil {
+				return n - len(p) - k, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// Flush sends what is buffered, if anything.
+func (c *chunkWriter) Flush() error {
+	if c.err != nil || len(c.buf) == 0 {
+		return c.err
+	}
+	b := c.buf
+	c.buf = nil
+	if err := c.send(b); err != nil {
+		c.err, c.failed = err, true
+		return err
+	}
+	c.wire += int64(len(b))
+	return nil
+}
+
+// errAfterTrailer and errEmptyData are protocol violations of the sender.
+var (
+	errAfterTrailer = errors.New("a message after the trailer")
+	errEmptyData    = errors.New("an empty data message")
+)
+
+// msgReader is the byte stream of a tree's data messages. It returns
+// io.EOF after the Trailer message, once the message stream has ended too
+// (the Trailer must be the last message), and also when the message stream
+// ends without a Trailer (trailer then stays nil). recv returns one
+// message's data or trailer, or the stream's error (io.EOF at its clean
+// end).
+type msgReader struct {
+	recv    func() ([]byte, *agentv1.Trailer, error)
+	buf     []byte
+	trailer *agentv1.Trailer
+	wire    int64
+	err     error
+	// remote is the error recv returned, other than a clean io.EOF: the
+	// reason the stream ended (a status from the peer, a cancelled call).
+	remote error
+}
+
+func (r *msgReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		data, tr, err := r.recv()
+		switch {
+		case err == io.EOF:
+			r.err = io.EOF
+		case err != nil:
+			r.err, r.remote = err, err
+		case tr != nil:
+			r.trailer = tr
+			switch _, _, err := r.recv(); {
+			case err == io.EOF:
+				r.err = io.EOF
+			case err != nil:
+				r.err, r.remote = err, err
+			default:
+				r.err = fmt.Errorf("%w: %w", transfer.ErrDigest, errAfterTrailer)
+			}
+		case len(data) == 0:
+			r.err = fmt.Errorf("%w: %w", transfer.ErrDigest, errEmptyData)
+		default:
+			r.buf = data
+			r.wire += int64(len(data))
+		}
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// treeReader is the receiving side of a tree: a frame reader over the
+// messages, the digests Extract reports, and the checks that end it.
+type treeReader struct {
+	msgs *msgReader
+	fr   *frame.Reader
+	got  []transfer.FileDigest
+	// minEntries is how many entries must arrive whatever the trailer
+	// says: one per name asked for other than ".".
+	minEntries int64
+}
+
+func newTreeReader(msgs *msgReader, lim transfer.Limits) *treeReader {
+	ratio := lim.MaxCompressionRatio
+	if ratio == 0 {
+		ratio = transfer.DefaultLimits.MaxCompressionRatio
+	}
+	return &treeReader{msgs: msgs, fr: frame.NewReader(msgs, frame.ReaderOptions{MaxRatio: ratio})}
+}
+
+// onFile is ExtractOptions.OnFile.
+func (t *treeReader) onFile(d transfer.FileDigest) error {
+	t.got = append(t.got, d)
+	return nil
+}
+
+// verify is ExtractOptions.Verify: the tar stream has ended; the frame
+// stream, the Trailer message and the tree must end with it and agree.
+func (t *treeReader) verify(st transfer.Stats) error {
+	var b [512]byte
+	switch n, err := t.fr.Read(b[:]); {
+	case n > 0:
+		return fmt.Errorf("%w: data after the end of the archive", transfer.ErrDigest)
+	case err == io.EOF:
+	case t.msgs.remote != nil:
+		return t.msgs.remote
+	case errors.Is(err, frame.ErrTruncated):
+		return fmt.Errorf("%w: %w", transfer.ErrTruncated, err)
+	case errors.Is(err, frame.ErrCorrupt):
+		return fmt.Errorf("%w: %w", transfer.ErrDigest, err)
+	default:
+		return err
+	}
+	// The frame Reader stops right after its trailer: next is the Trailer
+	// message, then the end of the messages.
+	switch n, err := t.msgs.Read(b[:]); {
+	case n > 0:
+		return fmt.Errorf("%w: data after the end of the frame stream", transfer.ErrDigest)
+	case err != io.EOF:
+		return err
+	case t.msgs.trailer == nil:
+		return fmt.Errorf("%w: the stream ends without a trailer", transfer.ErrTruncated)
+	}
+	got := st.Files + st.Dirs + st.Symlinks
+	if got < t.minEntries {
+		return fmt.Errorf("%w: %d entries arrived, at least %d were asked for", transfer.ErrShort, got, t.minEntries)
+	}
+	return checkTrailer(st, t.got, t.msgs.trailer)
+}
+
+// checkTrailer compares what arrived with what the sender's trailer says
+// it sent. Fewer entries is transfer.ErrShort; any other difference is
+// transfer.ErrDigest, as an *transfer.EntryError naming the file when one
+// file is at fault.
+func checkTrailer(st transfer.Stats, got []transfer.FileDigest, tr *agentv1.Trailer) error {
+	entries := st.Files + st.Dirs + st.Symlinks
+	switch {
+	case entries < tr.GetEntries():
+		return fmt.Errorf("%w: %d entries arrived, the sender counted %d", transfer.ErrShort, entries, tr.GetEntries())
+	case entries > tr.GetEntries():
+		return fmt.Errorf("%w: %d entries arrived, the sender counted %d", transfer.ErrDigest, entries, tr.GetEntries())
+	}
+	want := tr.GetFiles()
+	for i := range max(len(got), len(want)) {
+		if i >= len(want) {
+			return digestErr(got[i].Name, "not in the sender's trailer")
+		}
+		w := want[i]
+		if i >= len(got) {
+			return digestErr(w.GetName(), "in the sender's trailer, did not arrive")
+		}
+		g := got[i]
+		switch {
+		case g.Name != w.GetName():
+			return digestErr(g.Name, fmt.Sprintf("the sender's trailer has %q in its place", clipName(w.GetName())))
+		case g.Size != w.GetSize():
+			return digestErr(g.Name, fmt.Sprintf("%d bytes arrived, the sender wrote %d", g.Size, w.GetSize()))
+		case !bytes.Equal(g.SHA256[:], w.GetSha256()):
+			return digestErr(g.Name, "its SHA-256 differs from the sender's")
+		}
+	}
+	if st.Bytes != tr.GetBytes() {
+		return fmt.Errorf("%w: %d bytes arrived, the sender wrote %d", transfer.ErrDigest, st.Bytes, tr.GetBytes())
+	}
+	return nil
+}
+
+func digestErr(name, why string) error {
+	return &transfer.EntryError{Entry: name, Op: "verify", Err: fmt.Errorf("%w: %s", transfer.ErrDigest, why)}
+}
+
+func clipName(s string) string {
+	const max = 256
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}
+
+// trailerOf is the Trailer for what w wrote.
+func trailerOf(w *transfer.Writer) *agentv1.Trailer {
+	st := w.Stats()
+	files := make([]*agentv1.FileDigest, len(w.Digests()))
+	for i, d := range w.Digests() {
+		files[i] = &agentv1.FileDigest{Name: d.Name, Size: d.Size, Sha256: bytes.Clone(d.SHA256[:])}
+	}
+	return &agentv1.Trailer{Entries: st.Files + st.Dirs + st.Symlinks, Bytes: st.Bytes, Files: files}
+}
+
+// frameRatio is the MaxRatio that a frame Writer must keep to for a
+// receiver with these limits.
+func frameRatio(lim transfer.Limits) int {
+	if lim.MaxCompressionRatio == 0 {
+		return transfer.DefaultLimits.MaxCompressionRatio
+	}
+	return lim.MaxCompressionRatio
+}
+
+func limitsToProto(l transfer.Limits) *agentv1.Limits {
+	return &agentv1.Limits{
+		MaxBytes:     l.MaxTotalBytes,
+		MaxEntries:   l.MaxEntries,
+		MaxFileBytes: l.MaxFileSize,
+		MaxRatio:     int64(l.MaxCompressionRatio),
+	}
+}
+
+func limitsFromProto(l *agentv1.Limits) (transfer.Limits, error) {
+	if l.GetMaxBytes() < 0 || l.GetMaxEntries() < 0 || l.GetMaxFileBytes() < 0 || l.GetMaxRatio() < 0 || l.GetMaxRatio() > math.MaxInt32 {
+		return transfer.Limits{}, fmt.Errorf("limits out of range: %v", l)
+	}
+	return transfer.Limits{
+		MaxTotalBytes:       l.GetMaxBytes(),
+		MaxEntries:          l.GetMaxEntries(),
+		MaxFileSize:         l.GetMaxFileBytes(),
+		MaxCompressionRatio: int(l.GetMaxRatio()),
+	}, nil
+}
+
+var placements = map[transfer.Placement]agentv1.Placement{
+	transfer.PlaceNew:  agentv1.Placement_PLACEMENT_NEW,
+	transfer.PlaceInto: agentv1.Placement_PLACEMENT_INTO,
+	transfer.PlaceAs:   agentv1.Placement_PLACEMENT_AS,
+}
+
+var compressions = map[frame.Mode]agentv1.Compression{
+	frame.Auto: agentv1.Compression_COMPRESSION_AUTO,
+	frame.Zstd: agentv1.Compression_COMPRESSION_ZSTD,
+	frame.None: agentv1.Compression_COMPRESSION_NONE,
+}
