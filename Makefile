@@ -7,16 +7,41 @@ BIN := $(CURDIR)/bin
 FERRY := $(BIN)/ferry
 # Packages the tests drive as real peers: sshd, protoc for the staleness
 # check, busybox and GNU tar as sandbox tools, rsync as a benchmark peer.
-APT_PKGS := openssh-server openssh-client protobuf-compiler libprotobuf-dev busybox tar rsync time bc
+APT_PKGS := openssh-server openssh-client protobuf-compiler libprotobuf-dev busybox tar rsync time bc zstd
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build deps test vet demo bench proto clean
+# The agent ferry installs in sandboxes: static, one build per
+# architecture, zstd-compressed and embedded in ferry (transfer/agent/bundle).
+AGENT_ARCHS := amd64 arm64
+AGENT_BLOBS := transfer/agent/bundle/blobs
+AGENT_MAX := 4194304
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: all build agent deps test vet demo bench proto clean
 
 all: build
 
-build:
+build: agent
 	@mkdir -p $(BIN)
 	$(GO) build -o $(FERRY) ./cmd/ferry
+
+# agent rebuilds each architecture's agent (quick when nothing changed: Go's
+# build cache) and recompresses it only when its digest changed. zstd -19
+# keeps it under the 4 MiB wire budget, which is checked.
+agent: deps
+	@mkdir -p build $(AGENT_BLOBS)
+	@set -e; for a in $(AGENT_ARCHS); do \
+		out=build/ferry-agent-linux-$$a; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$a $(GO) build -trimpath -ldflags='-s -w -buildid= -X main.version=$(VERSION)' -o $$out ./cmd/ferry-agent; \
+		sum=$$(sha256sum < $$out | cut -d' ' -f1); \
+		if [ "$$(cat $(AGENT_BLOBS)/ferry-agent-linux-$$a.sha256 2>/dev/null)" != "$$sum" ] || [ ! -f $(AGENT_BLOBS)/ferry-agent-linux-$$a.zst ]; then \
+			zstd -19 -q -f $$out -o $(AGENT_BLOBS)/ferry-agent-linux-$$a.zst; \
+			echo $$sum > $(AGENT_BLOBS)/ferry-agent-linux-$$a.sha256; \
+		fi; \
+		size=$$(stat -c %s $(AGENT_BLOBS)/ferry-agent-linux-$$a.zst); \
+		echo "agent linux/$$a: $$(stat -c %s $$out) bytes, $$size zstd"; \
+		if [ $$size -gt $(AGENT_MAX) ]; then echo "agent linux/$$a: $$size bytes compressed, over the 4 MiB budget" >&2; exit 1; fi; \
+	done
 
 # deps installs the packages above when one is missing. apt-get needs root;
 # elsewhere it says what to install and goes on (tests that need a missing
@@ -30,6 +55,7 @@ deps:
 	command -v busybox >/dev/null 2>&1 || missing="$$missing busybox"; \
 	command -v rsync >/dev/null 2>&1 || missing="$$missing rsync"; \
 	[ -x /usr/bin/time ] || missing="$$missing time"; \
+	command -v zstd >/dev/null 2>&1 || missing="$$missing zstd"; \
 	command -v bc >/dev/null 2>&1 || missing="$$missing bc"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
@@ -56,4 +82,4 @@ proto: deps
 	bash proto/gen.sh
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) build $(AGENT_BLOBS)/ferry-agent-*

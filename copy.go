@@ -1,11 +1,11 @@
 package ferry
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -14,16 +14,27 @@ import (
 
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/frame"
 	"github.com/ferry-dev/ferry/transfer/posix"
 )
 
-// Sandbox is one sandbox reached through an exec channel.
+// Sandbox is one sandbox reached through an exec channel, and how files
+// move to and from it.
 type Sandbox struct {
 	X    relay.Execer
 	Name string
+	// Mode chooses agent or POSIX mode; the zero value is ModeAuto.
+	Mode Mode
+	// Compress is how agent mode compresses data on the wire.
+	Compress frame.Mode
+	// Agents are the agent builds to install; without them ModeAuto is
+	// POSIX mode.
+	Agents agent.Bundle
+	// Logger receives what ferry decides (the mode, an install); nil
+	// discards it.
+	Logger *slog.Logger
 }
-
-func (s Sandbox) remote() posix.Remote { return posix.Remote{X: s.X, Sandbox: s.Name} }
 
 // CopyStats is what a copy moved, in the shape `ferry cp --json` prints.
 type CopyStats struct {
@@ -61,6 +72,24 @@ func Upload(ctx context.Context, sb Sandbox, srcs []string, dst string) (CopySta
 	if len(srcs) == 0 {
 		return CopyStats{}, errors.New("upload: no sources")
 	}
+	r, err := sb.open(ctx)
+	if err != nil {
+		return CopyStats{}, err
+	}
+	defer r.close()
+	cs, err := upload(ctx, sb, r, srcs, dst)
+	if err != nil {
+		return CopyStats{}, err
+	}
+	if err := r.close(); err != nil {
+		return CopyStats{}, fmt.Errorf("upload to %s:%s: %w", sb.Name, dst, err)
+	}
+	cs.Seconds, cs.Mode = time.Since(start).Seconds(), r.mode()
+	return cs, nil
+}
+
+// upload is Upload through an open remote.
+func upload(ctx context.Context, sb Sandbox, r remote, srcs []string, dst string) (CopyStats, error) {
 	type source struct {
 		path string
 		info os.FileInfo
@@ -73,15 +102,14 @@ func Upload(ctx context.Context, sb Sandbox, srcs []string, dst string) (CopySta
 		}
 		sources = append(sources, source{s, fi})
 	}
-	r := sb.remote()
 	// A destination is followed through a symlink, as cp does.
-	kind, err := r.StatFollow(ctx, dst)
+	kind, err := r.stat(ctx, dst, true)
 	if err != nil {
 		return CopyStats{}, fmt.Errorf("upload: stat %s:%s: %w", sb.Name, dst, err)
 	}
-	dstIsDir := kind == posix.Dir
+	dstIsDir := kind == transfer.Dir
 	if (len(sources) > 1 || strings.HasSuffix(dst, "/")) && !dstIsDir {
-		if kind == posix.Missing && len(sources) == 1 && sources[0].info.IsDir() {
+		if kind == transfer.Missing && len(sources) == 1 && sources[0].info.IsDir() {
 			// "cp -r dir new/" creates new.
 		} else {
 			return CopyStats{}, fmt.Errorf("upload to %s:%s: %w", sb.Name, dst, ErrNotDir)
@@ -89,13 +117,12 @@ func Upload(ctx context.Context, sb Sandbox, srcs []string, dst string) (CopySta
 	}
 
 	// Decide what the archive holds and where it lands.
-	type item struct{ src, name string }
 	var items []item
-	var place posix.Placement
+	var place transfer.Placement
 	remoteDest := dst
 	switch {
 	case dstIsDir:
-		place = posix.PlaceInto
+		place = transfer.PlaceInto
 		for _, s := range sources {
 			if s.info.IsDir() && contents(s.path) {
 				items = append(items, item{s.path, "."})
@@ -104,74 +131,45 @@ func Upload(ctx context.Context, sb Sandbox, srcs []string, dst string) (CopySta
 			}
 		}
 	case sources[0].info.IsDir():
-		if kind != posix.Missing {
+		if kind != transfer.Missing {
 			return CopyStats{}, fmt.Errorf("upload %s to %s:%s: cannot overwrite a non-directory with a directory", sources[0].path, sb.Name, dst)
 		}
-		place = posix.PlaceNew
+		place = transfer.PlaceNew
 		items = append(items, item{sources[0].path, "."})
 	default:
 		// A file (or symlink) to a missing path or over a file: it lands
 		// in dst's parent under dst's name, and a missing parent is made.
 		remoteDest = path.Dir(strings.TrimSuffix(dst, "/"))
 		items = append(items, item{sources[0].path, path.Base(dst)})
-		pk, err := r.StatFollow(ctx, remoteDest)
+		pk, err := r.stat(ctx, remoteDest, true)
 		if err != nil {
 			return CopyStats{}, fmt.Errorf("upload: stat %s:%s: %w", sb.Name, remoteDest, err)
 		}
 		switch pk {
-		case posix.Dir:
-			place = posix.PlaceInto
-		case posix.Missing:
-			place = posix.PlaceNew
+		case transfer.Dir:
+			place = transfer.PlaceInto
+		case transfer.Missing:
+			place = transfer.PlaceNew
 		default:
 			return CopyStats{}, fmt.Errorf("upload to %s:%s: %w", sb.Name, remoteDest, ErrNotDir)
 		}
 	}
 
-	pr, pw := io.Pipe()
-	// The tar writer makes several small writes per entry; unbuffered,
-	// each became one exec-stream message (70,000 for 10,000 small files).
-	bw := bufio.NewWriterSize(pw, streamBuffer)
-	w := transfer.NewWriter(bw)
-	werr := make(chan error, 1)
-	go func() {
-		var err error
-		for _, it := range items {
-			if err = w.Add(ctx, it.src, it.name); err != nil {
-				break
-			}
-		}
-		if err == nil {
-			err = w.Close()
-		}
-		if err == nil {
-			err = bw.Flush()
-		}
-		pw.CloseWithError(err)
-		werr <- err
-	}()
 	// The remote side counts what it extracted and must find this many:
 	// a stream that a relay ended early between two entries is caught.
 	var want int64
 	for _, it := range items {
 		n, err := countEntries(it.src, it.name)
 		if err != nil {
-			pr.CloseWithError(err)
-			<-werr
 			return CopyStats{}, fmt.Errorf("upload %s: %w", it.src, err)
 		}
 		want += n
 	}
-	res, err := r.Upload(ctx, pr, remoteDest, place, want)
-	pr.CloseWithError(io.ErrClosedPipe)
-	if wErr := <-werr; wErr != nil && err == nil {
-		err = wErr
-	}
+	cs, err := r.upload(ctx, items, remoteDest, place, want)
 	if err != nil {
 		return CopyStats{}, fmt.Errorf("upload to %s:%s: %w", sb.Name, dst, err)
 	}
-	st := w.Stats()
-	return CopyStats{Files: st.Files, Dirs: st.Dirs, Symlinks: st.Symlinks, Bytes: st.Bytes, WireBytes: res.WireBytes, Seconds: time.Since(start).Seconds(), Mode: "posix"}, nil
+	return cs, nil
 }
 
 // countEntries is how many archive entries Writer.Add(src, name) makes:
@@ -203,14 +201,18 @@ func Download(ctx context.Context, sb Sandbox, srcs []string, dst string, limits
 	if len(srcs) == 0 {
 		return CopyStats{}, errors.New("download: no sources")
 	}
-	r := sb.remote()
-	kinds := make([]posix.Kind, len(srcs))
+	r, err := sb.open(ctx)
+	if err != nil {
+		return CopyStats{}, err
+	}
+	defer r.close()
+	kinds := make([]transfer.Kind, len(srcs))
 	for i, s := range srcs {
-		k, err := r.Stat(ctx, s)
+		k, err := r.stat(ctx, s, false)
 		if err != nil {
 			return CopyStats{}, fmt.Errorf("download: stat %s:%s: %w", sb.Name, s, err)
 		}
-		if k == posix.Missing {
+		if k == transfer.Missing {
 			return CopyStats{}, fmt.Errorf("download %s:%s: %w", sb.Name, s, ErrNoSource)
 		}
 		kinds[i] = k
@@ -218,7 +220,7 @@ func Download(ctx context.Context, sb Sandbox, srcs []string, dst string, limits
 	fi, statErr := os.Stat(dst)
 	dstIsDir := statErr == nil && fi.IsDir()
 	if (len(srcs) > 1 || strings.HasSuffix(dst, string(os.PathSeparator))) && !dstIsDir {
-		if !(statErr != nil && len(srcs) == 1 && kinds[0] == posix.Dir) {
+		if !(statErr != nil && len(srcs) == 1 && kinds[0] == transfer.Dir) {
 			return CopyStats{}, fmt.Errorf("download to %s: %w", dst, ErrNotDir)
 		}
 	}
@@ -236,7 +238,7 @@ func Download(ctx context.Context, sb Sandbox, srcs []string, dst string, limits
 		var names []string
 		var place transfer.Placement
 		switch {
-		case kinds[i] == posix.Dir && contents(s):
+		case kinds[i] == transfer.Dir && contents(s):
 			dir, names = clean, []string{"."}
 			place = transfer.PlaceNew
 			if dstIsDir {
@@ -245,7 +247,7 @@ func Download(ctx context.Context, sb Sandbox, srcs []string, dst string, limits
 		case dstIsDir:
 			dir, names = path.Dir(clean), []string{path.Base(clean)}
 			place = transfer.PlaceInto
-		case kinds[i] == posix.Dir:
+		case kinds[i] == transfer.Dir:
 			if statErr == nil {
 				return CopyStats{}, fmt.Errorf("download %s:%s to %s: cannot overwrite a non-directory with a directory", sb.Name, s, dst)
 			}
@@ -257,7 +259,7 @@ func Download(ctx context.Context, sb Sandbox, srcs []string, dst string, limits
 			dir, names = path.Dir(clean), []string{path.Base(clean)}
 			place = transfer.PlaceAs
 		}
-		cs, err := downloadInto(ctx, r, dir, names, dst, place, limits)
+		cs, err := r.download(ctx, dir, names, dst, place, limits)
 		if err != nil {
 			return CopyStats{}, fmt.Errorf("download %s:%s: %w", sb.Name, s, err)
 		}
@@ -265,8 +267,11 @@ func Download(ctx context.Context, sb Sandbox, srcs []string, dst string, limits
 	}
 	// "Nothing arrived where something was asked" is ErrShort, against
 	// the sandbox's own count; an empty directory is a whole copy.
+	if err := r.close(); err != nil {
+		return CopyStats{}, fmt.Errorf("download from %s: %w", sb.Name, err)
+	}
 	total.Seconds = time.Since(start).Seconds()
-	total.Mode = "posix"
+	total.Mode = r.mode()
 	return total, nil
 }
 

@@ -20,12 +20,14 @@ import (
 // hook) at random offsets of an upload and of a download: every cut must
 // be an error wrapping relay.ErrRelayLost, and nothing may be left in place
 // on either side.
-func TestRelayCutAtRandomOffsets(t *testing.T) {
+func TestRelayCutAtRandomOffsets(t *testing.T) { forModes(t, testRelayCutAtRandomOffsets) }
+
+func testRelayCutAtRandomOffsets(t *testing.T, mode ferry.Mode) {
 	local := t.TempDir()
 	files := map[string]string{}
 	rng := rand.New(rand.NewPCG(3, 4))
 	for i := 0; i < 40; i++ {
-		files[filepath.Join("tree", "d"+string(rune('a'+i%5)), "f"+strings.Repeat("x", i%7)+string(rune('a'+i)))] = strings.Repeat(string(rune('a'+i%26)), 1+rng.IntN(200<<10))
+		files[filepath.Join("tree", "d"+string(rune('a'+i%5)), "f"+strings.Repeat("x", i%7)+string(rune('a'+i)))] = noise(rng, 1+rng.IntN(200<<10))
 	}
 	write(t, local, files)
 	for i := 0; i < 6; i++ {
@@ -34,7 +36,7 @@ func TestRelayCutAtRandomOffsets(t *testing.T) {
 			g := gatewaytest.Start(t, gatewaytest.Options{Config: gateway.Config{CutAfter: cut}})
 			c := g.Client(t, openshell.Config{})
 			g.Sandbox(t, c, "box")
-			sb := ferry.Sandbox{X: c, Name: "box"}
+			sb := sandboxFor(t, c, mode)
 			_, err := ferry.Upload(ctx(t), sb, []string{filepath.Join(local, "tree")}, "up")
 			if !errors.Is(err, relay.ErrRelayLost) {
 				t.Fatalf("upload cut after %d bytes: err = %v, want ErrRelayLost", cut, err)
@@ -58,4 +60,14 @@ func TestRelayCutAtRandomOffsets(t *testing.T) {
 			}
 		})
 	}
+}
+
+// noise is n incompressible bytes: agent mode compresses, and a cut must
+// still fall inside the transfer.
+func noise(rng *rand.Rand, n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return string(b)
 }

@@ -13,10 +13,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferry-dev/ferry"
+	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/grpcbuf"
 	"github.com/ferry-dev/ferry/relay/openshell"
 	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
 )
 
 func TestMain(m *testing.M) {
@@ -31,12 +33,31 @@ type env struct {
 	root string // the sandbox's directory
 }
 
-func newEnv(t *testing.T) env {
+func newEnv(t *testing.T, mode ferry.Mode) env {
 	t.Helper()
 	g := gatewaytest.Start(t, gatewaytest.Options{})
 	c := g.Client(t, openshell.Config{})
 	g.Sandbox(t, c, "box")
-	return env{sb: ferry.Sandbox{X: c, Name: "box"}, root: filepath.Join(g.Root, "box")}
+	return env{sb: sandboxFor(t, c, mode), root: filepath.Join(g.Root, "box")}
+}
+
+// modes are what every transfer test runs in: the sandbox's own tools, and
+// ferry's agent.
+var modes = []ferry.Mode{ferry.ModePOSIX, ferry.ModeAgent}
+
+func forModes(t *testing.T, f func(*testing.T, ferry.Mode)) {
+	for _, m := range modes {
+		t.Run(m.String(), func(t *testing.T) { f(t, m) })
+	}
+}
+
+// sandboxFor is sandbox "box" through x in mode m.
+func sandboxFor(t *testing.T, x relay.Execer, m ferry.Mode) ferry.Sandbox {
+	sb := ferry.Sandbox{X: x, Name: "box", Mode: m}
+	if m != ferry.ModePOSIX {
+		sb.Agents = agenttest.Bundle(t)
+	}
+	return sb
 }
 
 func ctx(t *testing.T) context.Context {
@@ -127,7 +148,9 @@ var src = map[string]string{
 
 // TestCopySemantics runs every cp case in both directions through the
 // embedded gateway; each direction must give the same tree.
-func TestCopySemantics(t *testing.T) {
+func TestCopySemantics(t *testing.T) { forModes(t, testCopySemantics) }
+
+func testCopySemantics(t *testing.T, mode ferry.Mode) {
 	cases := []struct {
 		name    string
 		pre     map[string]string // at the destination side before the copy
@@ -161,7 +184,7 @@ func TestCopySemantics(t *testing.T) {
 	}
 	for _, dir := range []string{"Upload", "Download"} {
 		t.Run(dir, func(t *testing.T) {
-			e := newEnv(t)
+			e := newEnv(t, mode)
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
 					// Fresh source and destination roots per case, on the
@@ -224,8 +247,10 @@ func suffix(s string) string {
 	return ""
 }
 
-func TestPull(t *testing.T) {
-	e := newEnv(t)
+func TestPull(t *testing.T) { forModes(t, testPull) }
+
+func testPull(t *testing.T, mode ferry.Mode) {
+	e := newEnv(t, mode)
 	meta := filepath.Join(e.root, "rascal-meta")
 	write(t, meta, map[string]string{"agent.ndjson": "{}\n", "runner.log": "queued\n"})
 	out := t.TempDir()
@@ -248,10 +273,14 @@ func TestPull(t *testing.T) {
 }
 
 func TestRunPullsAfterFailureAndKeepsSecretsOut(t *testing.T) {
+	forModes(t, testRunPullsAfterFailureAndKeepsSecretsOut)
+}
+
+func testRunPullsAfterFailureAndKeepsSecretsOut(t *testing.T, mode ferry.Mode) {
 	g := gatewaytest.Start(t, gatewaytest.Options{})
 	c := g.Client(t, openshell.Config{})
 	g.Sandbox(t, c, "box")
-	sb := ferry.Sandbox{X: c, Name: "box"}
+	sb := sandboxFor(t, c, mode)
 	local := t.TempDir()
 	const secret = "s3cr3t-token-value-do-not-leak"
 	write(t, local, map[string]string{"instructions.md": "do it", "gh_token": secret})
@@ -299,8 +328,10 @@ func TestRunPullsAfterFailureAndKeepsSecretsOut(t *testing.T) {
 	})
 }
 
-func TestRunPullsAfterCancel(t *testing.T) {
-	e := newEnv(t)
+func TestRunPullsAfterCancel(t *testing.T) { forModes(t, testRunPullsAfterCancel) }
+
+func testRunPullsAfterCancel(t *testing.T, mode ferry.Mode) {
+	e := newEnv(t, mode)
 	out := t.TempDir()
 	c, cancel := context.WithCancel(ctx(t))
 	time.AfterFunc(2*time.Second, cancel)

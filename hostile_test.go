@@ -31,7 +31,7 @@ var refused = []string{
 // library → gateway → sandbox → back. Every archive must fail the copy,
 // leave nothing at the destination, and touch nothing beside it.
 func TestHostileSandboxTar(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, ferry.ModePOSIX)
 	fixtures, err := filepath.Abs(filepath.Join("testdata", "archives"))
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +72,7 @@ func TestHostileSandboxTar(t *testing.T) {
 // holding less than was asked for (a stream that ended early but cleanly)
 // must not pass for the whole tree.
 func TestShortTarIsCaught(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, ferry.ModePOSIX)
 	write(t, e.root, map[string]string{"x/a": "1", "x/b": "2", "x/c": "3", "bin/": ""})
 	// One entry of the three, with proper end blocks.
 	var short bytes.Buffer

@@ -48,11 +48,27 @@ type PullResult struct {
 // meta.json is ErrNoMeta, with everything else still saved.
 func Pull(ctx context.Context, sb Sandbox, metaDir, out string, limits transfer.Limits) (PullResult, error) {
 	start := time.Now()
-	res := PullResult{Mode: "posix"}
+	res := PullResult{}
 	if metaDir == "" {
 		metaDir = DefaultMetaDir
 	}
-	present, err := listPresent(ctx, sb, metaDir, Artifacts)
+	r, err := sb.open(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer r.close()
+	res, err = pull(ctx, sb, r, metaDir, out, limits)
+	if cerr := r.close(); cerr != nil && err == nil {
+		err = fmt.Errorf("pull from %s: %w", sb.Name, cerr)
+	}
+	res.Seconds = time.Since(start).Seconds()
+	return res, err
+}
+
+// pull is Pull through an open remote.
+func pull(ctx context.Context, sb Sandbox, r remote, metaDir, out string, limits transfer.Limits) (PullResult, error) {
+	res := PullResult{Mode: r.mode()}
+	present, err := r.present(ctx, metaDir, Artifacts)
 	if err != nil {
 		return res, err
 	}
@@ -74,7 +90,7 @@ func Pull(ctx context.Context, sb Sandbox, metaDir, out string, limits transfer.
 			return res, fmt.Errorf("create staging dir: %w", err)
 		}
 		defer os.RemoveAll(stage)
-		cs, err := downloadInto(ctx, sb.remote(), metaDir, present, stage, transfer.PlaceInto, limits)
+		cs, err := r.download(ctx, metaDir, present, stage, transfer.PlaceInto, limits)
 		if err != nil {
 			return res, fmt.Errorf("pull from %s:%s: %w", sb.Name, metaDir, err)
 		}
@@ -92,7 +108,6 @@ func Pull(ctx context.Context, sb Sandbox, metaDir, out string, limits transfer.
 		}
 		res.Files, res.Bytes, res.WireBytes = cs.Files, cs.Bytes, cs.WireBytes
 	}
-	res.Seconds = time.Since(start).Seconds()
 	if !have["meta.json"] {
 		return res, fmt.Errorf("pull from %s:%s: %w", sb.Name, metaDir, ErrNoMeta)
 	}

@@ -16,8 +16,10 @@ import (
 // requires them identical: content, modes, symlinks (dangling ones too),
 // empty dirs, unicode and long names, nanosecond mtimes. Big files are
 // scaled down here; `make bench` moves the large ones.
-func TestRoundTripRandomTrees(t *testing.T) {
-	e := newEnv(t)
+func TestRoundTripRandomTrees(t *testing.T) { forModes(t, testRoundTripRandomTrees) }
+
+func testRoundTripRandomTrees(t *testing.T, mode ferry.Mode) {
+	e := newEnv(t, mode)
 	for seed := int64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			src := filepath.Join(t.TempDir(), "src")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/agent"
 )
 
 // Mapping is one LOCAL:REMOTE pair.
@@ -39,6 +40,11 @@ type RunSpec struct {
 	MetaDir string
 	// Stdout and Stderr show the command's output live (nil: not shown).
 	Stdout, Stderr io.Writer
+	// Lines, when set, shows the agent's agent.ndjson live, a line at a
+	// time, as Follow does (agent mode only); after the command, the lines
+	// the follow had not shown yet are shown from the pulled copy, so each
+	// line is shown once.
+	Lines io.Writer
 	// PullTimeout bounds the artifact pull after the command, which runs
 	// even when ctx was cancelled. Default 2 minutes.
 	PullTimeout time.Duration
@@ -68,15 +74,22 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	if err := os.MkdirAll(spec.Out, 0o755); err != nil {
 		return res, fmt.Errorf("create %s: %w", spec.Out, err)
 	}
-	for _, in := range spec.Inputs {
-		if _, err := Upload(ctx, sb, []string{in.Local}, in.Remote); err != nil {
-			return res, fmt.Errorf("input %s: %w", in.Local, err)
-		}
+	// The pre-exec phase: in agent mode, one exec carries it all.
+	r, err := sb.open(ctx)
+	if err != nil {
+		return res, err
 	}
-	for _, s := range spec.Secrets {
-		if err := uploadSecret(ctx, sb, s); err != nil {
-			// The error names paths only, never content.
-			return res, fmt.Errorf("secret %s: %w", s.Local, err)
+	if err := prepare(ctx, sb, r, spec); err != nil {
+		r.close()
+		return res, err
+	}
+	if err := r.close(); err != nil {
+		return res, fmt.Errorf("run: inputs to %s: %w", sb.Name, err)
+	}
+	var finish func() int64
+	if spec.Lines != nil && r.mode() == "agent" {
+		if finish, err = followRun(ctx, sb, spec); err != nil {
+			return res, err
 		}
 	}
 
@@ -105,12 +118,26 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 		Stderr:  stderr,
 	})
 	res.ExitCode = code
+	var printed int64 = -1
+	if finish != nil {
+		printed = finish()
+	}
 
 	// Pull whatever happened: Rascal reads meta.json even from a failed
 	// run. A cancelled ctx must not stop it, so it gets its own deadline.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spec.PullTimeout)
 	defer cancel()
 	res.Pull, res.PullErr = Pull(pctx, sb, spec.MetaDir, spec.Out, spec.Limits)
+	if errors.Is(res.PullErr, agent.ErrUnavailable) && sb.Mode == ModeAuto {
+		// The agent ran before the command; a command that made the temp
+		// directory unusable does not lose the artifacts.
+		psb := sb
+		psb.Mode = ModePOSIX
+		res.Pull, res.PullErr = Pull(pctx, psb, spec.MetaDir, spec.Out, spec.Limits)
+	}
+	if printed >= 0 && (res.PullErr == nil || errors.Is(res.PullErr, ErrNoMeta)) {
+		showRest(filepath.Join(spec.Out, Followed[0]), printed, spec.Lines)
+	}
 	if err := appendFile(filepath.Join(spec.Out, "runner.log"), live); err != nil && execErr == nil {
 		execErr = err
 	}
@@ -118,6 +145,61 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 		return res, fmt.Errorf("run %s in %s: %w", spec.Argv[0], sb.Name, execErr)
 	}
 	return res, nil
+}
+
+// followRun follows the run's growing artifacts into a private directory
+// while the command runs, showing agent.ndjson's lines. finish ends the
+// follow and returns how many bytes of agent.ndjson it showed.
+func followRun(ctx context.Context, sb Sandbox, spec RunSpec) (finish func() int64, err error) {
+	dir, err := os.MkdirTemp(spec.Out, ".ferry-follow-")
+	if err != nil {
+		return nil, fmt.Errorf("run: follow: %w", err)
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- Follow(fctx, sb, FollowSpec{MetaDir: spec.MetaDir, Out: dir, Lines: spec.Lines})
+	}()
+	return func() int64 {
+		cancel()
+		if err := <-done; err != nil && sb.Logger != nil {
+			sb.Logger.Warn("live follow ended early", "sandbox", sb.Name, "err", err)
+		}
+		defer os.RemoveAll(dir)
+		fi, err := os.Stat(filepath.Join(dir, Followed[0]))
+		if err != nil {
+			return 0
+		}
+		return fi.Size()
+	}, nil
+}
+
+// showRest writes what follows the first n bytes of the file.
+func showRest(name string, n int64, w io.Writer) {
+	f, err := os.Open(name)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if _, err := f.Seek(n, io.SeekStart); err == nil {
+		io.Copy(w, f)
+	}
+}
+
+// prepare uploads a run's inputs and secrets through r.
+func prepare(ctx context.Context, sb Sandbox, r remote, spec RunSpec) error {
+	for _, in := range spec.Inputs {
+		if _, err := upload(ctx, sb, r, []string{in.Local}, in.Remote); err != nil {
+			return fmt.Errorf("input %s: %w", in.Local, err)
+		}
+	}
+	for _, s := range spec.Secrets {
+		if err := uploadSecret(ctx, sb, r, s); err != nil {
+			// The error names paths only, never content.
+			return fmt.Errorf("secret %s: %w", s.Local, err)
+		}
+	}
+	return nil
 }
 
 func appendFile(dst string, src *os.File) error {
@@ -138,7 +220,7 @@ func appendFile(dst string, src *os.File) error {
 // uploadSecret uploads one secret file and then tightens its modes. The
 // content travels only in the tar stream on stdin; the follow-up chmod
 // names paths, nothing else.
-func uploadSecret(ctx context.Context, sb Sandbox, m Mapping) error {
+func uploadSecret(ctx context.Context, sb Sandbox, r remote, m Mapping) error {
 	fi, err := os.Stat(m.Local)
 	if err != nil {
 		return fmt.Errorf("stat: %w", ErrNoSource)
@@ -147,16 +229,74 @@ func uploadSecret(ctx context.Context, sb Sandbox, m Mapping) error {
 		return errors.New("a secret must be a regular file")
 	}
 	dir := path.Dir(m.Remote)
+	if _, ok := r.(agentRemote); ok {
+		return uploadSecretAgent(ctx, sb, r, m, dir)
+	}
 	if err := shell(ctx, sb, `mkdir -p -- "$1" && chmod 700 -- "$1"`, dir); err != nil {
 		return fmt.Errorf("prepare %s:%s: %w", sb.Name, dir, err)
 	}
-	if _, err := Upload(ctx, sb, []string{m.Local}, m.Remote); err != nil {
+	if _, err := upload(ctx, sb, r, []string{m.Local}, m.Remote); err != nil {
 		return err
 	}
 	if err := shell(ctx, sb, `chmod 600 -- "$1"`, m.Remote); err != nil {
 		return fmt.Errorf("chmod %s:%s: %w", sb.Name, m.Remote, err)
 	}
 	return nil
+}
+
+// uploadSecretAgent gives the secret its modes before it leaves the host:
+// a private copy, 0600 in a 0700 directory, is what the agent extracts, so
+// no second call is needed and the file is never readable by others, not
+// even for a moment.
+func uploadSecretAgent(ctx context.Context, sb Sandbox, r remote, m Mapping, dir string) error {
+	tmp, err := os.MkdirTemp("", "ferry-secret-")
+	if err != nil {
+		return fmt.Errorf("stage: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	stage := filepath.Join(tmp, "d")
+	if err := os.Mkdir(stage, 0o700); err != nil {
+		return fmt.Errorf("stage: %w", err)
+	}
+	name := path.Base(m.Remote)
+	if err := copyPrivate(m.Local, filepath.Join(stage, name)); err != nil {
+		return err
+	}
+	kind, err := r.stat(ctx, dir, true)
+	if err != nil {
+		return fmt.Errorf("stat %s:%s: %w", sb.Name, dir, err)
+	}
+	switch kind {
+	case transfer.Missing:
+		// The directory goes too, so it lands 0700.
+		_, err = r.upload(ctx, []item{{stage, path.Base(dir)}}, dir, transfer.PlaceAs, 2)
+	case transfer.Dir:
+		_, err = r.upload(ctx, []item{{filepath.Join(stage, name), name}}, dir, transfer.PlaceInto, 1)
+	default:
+		return fmt.Errorf("%s:%s: %w", sb.Name, dir, ErrNotDir)
+	}
+	if err != nil {
+		return fmt.Errorf("upload to %s:%s: %w", sb.Name, m.Remote, err)
+	}
+	return nil
+}
+
+// copyPrivate copies a file to a new 0600 file.
+func copyPrivate(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("stage: %w", err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("stage: %w", err)
+	}
+	return out.Close()
 }
 
 // shell runs a short sh script whose arguments are paths; anything but

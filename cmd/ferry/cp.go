@@ -83,9 +83,17 @@ nothing, exits 1.`,
 			x = prog.wrap(x)
 			var st ferry.CopyStats
 			if dRemote {
-				st, err = ferry.Upload(cmd.Context(), ferry.Sandbox{X: x, Name: dbox}, srcs, dpath)
+				sb, serr := g.sandbox(x, dbox)
+				if serr != nil {
+					return serr
+				}
+				st, err = ferry.Upload(cmd.Context(), sb, srcs, dpath)
 			} else {
-				st, err = ferry.Download(cmd.Context(), ferry.Sandbox{X: x, Name: sbox}, rsrcs, dst, transfer.Limits{})
+				sb, serr := g.sandbox(x, sbox)
+				if serr != nil {
+					return serr
+				}
+				st, err = ferry.Download(cmd.Context(), sb, rsrcs, dst, transfer.Limits{})
 			}
 			prog.Close()
 			if err != nil {

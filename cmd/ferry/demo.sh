@@ -81,10 +81,13 @@ echo "hello" >"$work/tree/src/greeting.txt"
 printf 'x%.0s' $(seq 1 5000) >"$work/tree/src/nested/deeper/5k.txt"
 ln -s greeting.txt "$work/tree/src/link-to-greeting"
 chmod 0750 "$work/tree/src/nested"
-"$FERRY" cp "$work/tree/src" demo-box:work/src
+# The first copy installs ferry's agent in the sandbox (one upload, cached
+# under the sandbox's temp dir); --json says which mode moved the files.
+"$FERRY" --json cp "$work/tree/src" demo-box:work/src
 "$FERRY" exec demo-box -- sh -c 'cd work/src && find . | sort'
-"$FERRY" cp demo-box:work/src "$work/back"
-diff -r "$work/tree/src" "$work/back" && echo "round trip identical"
+"$FERRY" --json cp demo-box:work/src "$work/back"
+"$FERRY" --json --mode posix cp demo-box:work/src "$work/back-posix"
+diff -r "$work/tree/src" "$work/back" && diff -r "$work/back" "$work/back-posix" && echo "round trip identical, agent and posix mode alike"
 
 step "ferry sandbox delete demo-box"
 "$FERRY" sandbox delete demo-box

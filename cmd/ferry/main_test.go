@@ -6,6 +6,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferry-dev/ferry/relay/grpcbuf"
+	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
 )
 
 // TestMain installs the gRPC buffer pool as main does, so that the tests
@@ -14,5 +15,8 @@ import (
 // starts must have ended when it returns.
 func TestMain(m *testing.M) {
 	grpcbuf.Install()
+	// The CLI installs a fresh build of the agent, as `make build` would
+	// embed it.
+	agentBundle = agenttest.Build
 	goleak.VerifyTestMain(m)
 }

@@ -9,6 +9,11 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ferry-dev/ferry"
+	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/transfer/agent/bundle"
+	"github.com/ferry-dev/ferry/transfer/frame"
 )
 
 // streams are the process's standard files, passed in so tests can drive
@@ -30,6 +35,32 @@ type globals struct {
 	json      bool
 	quiet     bool
 	verbose   bool
+	mode      string
+	compress  string
+}
+
+// agentBundle is where the agent builds come from: the ones embedded by
+// `make build`. Tests substitute builds of their own.
+var agentBundle = bundle.Embedded
+
+// sandbox is the named sandbox reached through x, with the transfer mode
+// and compression the flags ask for.
+func (g *globals) sandbox(x relay.Execer, name string) (ferry.Sandbox, error) {
+	mode, err := ferry.ParseMode(g.mode)
+	if err != nil {
+		return ferry.Sandbox{}, usageError{err}
+	}
+	comp, err := frame.ParseMode(g.compress)
+	if err != nil {
+		return ferry.Sandbox{}, usageError{err}
+	}
+	sb := ferry.Sandbox{X: x, Name: name, Mode: mode, Compress: comp, Logger: slog.Default()}
+	if mode != ferry.ModePOSIX {
+		if sb.Agents, err = agentBundle(); err != nil {
+			return ferry.Sandbox{}, err
+		}
+	}
+	return sb, nil
 }
 
 // usageError is a mistake in how ferry was called: exit 2.
@@ -84,6 +115,8 @@ active OpenShell gateway configuration (~/.config/openshell).`,
 	pf.BoolVar(&g.json, "json", false, "print results as JSON")
 	pf.BoolVarP(&g.quiet, "quiet", "q", false, "print nothing but errors")
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log debug detail to stderr")
+	pf.StringVar(&g.mode, "mode", "auto", "how files move: auto (the agent where it runs, else posix), agent, or posix (the sandbox's sh and tar)")
+	pf.StringVar(&g.compress, "compress", "auto", "agent-mode compression: auto (zstd where it pays), zstd, or none")
 
 	root.AddCommand(newGatewayCmd(g, s), newSandboxCmd(g, s), newExecCmd(g, s), newCpCmd(g, s), newPullCmd(g, s), newRunCmd(g, s), newSessionCmd(g, s))
 	return root

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,7 +22,7 @@ func newRunCmd(g *globals, s streams) *cobra.Command {
 		ins, secrets, env []string
 		out, create, wd   string
 		metaDir           string
-		del               bool
+		del, followLive   bool
 		timeout           time.Duration
 	)
 	cmd := &cobra.Command{
@@ -34,7 +36,10 @@ ferry exits with the command's exit code.
 --secret LOCAL:REMOTE files travel only through the exec stream's stdin and
 land with mode 0600 in a 0700 directory; they never appear in an argv, an
 environment or a log. --create creates the sandbox first and waits until
-it is ready; --delete removes it at the end whatever happened.`,
+it is ready; --delete removes it at the end whatever happened.
+
+In agent mode the agent's agent.ndjson is shown live as it grows, a line at
+a time, on stdout with the command's own output (--follow=false: not).`,
 		Example: `  ferry run box --in ./run/instructions.md:rascal-meta/instructions.md \
       --secret ./secrets/gh_token:.rascal-secrets/gh_token --out ./run -- ./agent.sh`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -45,7 +50,12 @@ it is ready; --delete removes it at the end whatever happened.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
-			spec := ferry.RunSpec{Argv: args[1:], Workdir: wd, Timeout: timeout, Out: out, MetaDir: metaDir, Stdout: s.out, Stderr: s.err}
+			// The command's output and the followed lines share stdout.
+			stdout := &lockedWriter{w: s.out}
+			spec := ferry.RunSpec{Argv: args[1:], Workdir: wd, Timeout: timeout, Out: out, MetaDir: metaDir, Stdout: stdout, Stderr: s.err}
+			if followLive && !g.json && !g.quiet {
+				spec.Lines = stdout
+			}
 			if spec.Out == "" {
 				spec.Out = name
 			}
@@ -92,7 +102,11 @@ it is ready; --delete removes it at the end whatever happened.`,
 					}()
 				}
 			}
-			res, err := ferry.Run(cmd.Context(), ferry.Sandbox{X: x, Name: name}, spec)
+			sb, err := g.sandbox(x, name)
+			if err != nil {
+				return err
+			}
+			res, err := ferry.Run(cmd.Context(), sb, spec)
 			if g.json {
 				if e := json.NewEncoder(s.out).Encode(res); e != nil {
 					return e
@@ -131,6 +145,7 @@ it is ready; --delete removes it at the end whatever happened.`,
 	f.StringArrayVarP(&env, "env", "e", nil, "set an environment variable KEY=VALUE (repeatable; never put secrets here)")
 	f.StringVarP(&wd, "workdir", "w", "", "directory to run in (relative to the workspace root)")
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long and exit 124 (0: no limit)")
+	f.BoolVarP(&followLive, "follow", "f", true, "show agent.ndjson's lines live as they are written (agent mode)")
 	return cmd
 }
 
@@ -144,4 +159,16 @@ func mappings(flag string, vals []string) ([]ferry.Mapping, error) {
 		out = append(out, ferry.Mapping{Local: l, Remote: r})
 	}
 	return out, nil
+}
+
+// lockedWriter serializes writes from the command's output and the follow.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

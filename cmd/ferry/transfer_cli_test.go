@@ -12,6 +12,15 @@ import (
 )
 
 func TestCpCLI(t *testing.T) {
+	for _, mode := range []string{"posix", "auto"} {
+		t.Run(mode, func(t *testing.T) { testCpCLI(t, mode) })
+	}
+}
+
+// testCpCLI copies up and back; auto mode picks the agent, which the tests
+// build.
+func testCpCLI(t *testing.T, mode string) {
+	want := map[string]string{"posix": "posix", "auto": "agent"}[mode]
 	g := activeGateway(t)
 	wantOK(t, runFerry(t, nil, "sandbox", "create", "box", "-q"))
 	local := t.TempDir()
@@ -21,7 +30,7 @@ func TestCpCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := runFerry(t, nil, "--json", "cp", filepath.Join(local, "src"), "box:work/src")
+	r := runFerry(t, nil, "--json", "--mode", mode, "cp", filepath.Join(local, "src"), "box:work/src")
 	if r.code != 0 {
 		t.Fatalf("cp up: exit %d: %s", r.code, r.stderr)
 	}
@@ -34,7 +43,7 @@ func TestCpCLI(t *testing.T) {
 			t.Errorf("cp --json lacks %q: %s", k, r.stdout)
 		}
 	}
-	if st["files"].(float64) != 2 || st["bytes"].(float64) != 3 || st["mode"] != "posix" {
+	if st["files"].(float64) != 2 || st["bytes"].(float64) != 3 || st["mode"] != want {
 		t.Errorf("cp --json: %s", r.stdout)
 	}
 	if b, err := os.ReadFile(filepath.Join(g.Root, "box", "work", "src", "sub", "b.txt")); err != nil || string(b) != "BB" {
@@ -42,7 +51,7 @@ func TestCpCLI(t *testing.T) {
 	}
 
 	back := filepath.Join(t.TempDir(), "back")
-	r = runFerry(t, nil, "-q", "cp", "box:work/src", back)
+	r = runFerry(t, nil, "-q", "--mode", mode, "cp", "box:work/src", back)
 	wantOK(t, r)
 	for _, p := range []string{"a.txt", "sub/b.txt"} {
 		want, _ := os.ReadFile(filepath.Join(local, "src", p))

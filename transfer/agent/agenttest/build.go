@@ -3,6 +3,7 @@ package agenttest
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,11 @@ import (
 
 	"github.com/ferry-dev/ferry/transfer/agent"
 )
+
+// home is the environment's HOME and cache dir when the test binary
+// started: tests that point HOME at a temporary directory must not send
+// the build to an empty Go build cache.
+var home, cacheHome = os.Getenv("HOME"), os.Getenv("XDG_CACHE_HOME")
 
 var (
 	buildOnce sync.Once
@@ -27,11 +33,20 @@ var (
 // the bundle a host installs from.
 func Bundle(t testing.TB) agent.Bundle {
 	t.Helper()
+	b, err := Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Build is Bundle for code without a testing.TB, such as a TestMain.
+func Build() (agent.Bundle, error) {
 	buildOnce.Do(func() { built, buildOut, buildErr = build(runtime.GOARCH, nil) })
 	if buildErr != nil {
-		t.Fatalf("build agent: %v\n%s", buildErr, buildOut)
+		return nil, fmt.Errorf("build agent: %w\n%s", buildErr, buildOut)
 	}
-	return built
+	return built, nil
 }
 
 // BuildVersion builds the agent with a different version string, so that
@@ -72,7 +87,7 @@ func build(arch string, flags []string) (agent.Bundle, []byte, error) {
 	args := append([]string{"build", "-trimpath", "-o", bin}, flags...)
 	cmd := exec.Command("go", append(args, "./cmd/ferry-agent")...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "HOME="+home, "XDG_CACHE_HOME="+cacheHome)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, out, err
 	}
