@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -71,80 +73,104 @@ func BenchmarkExecCat(b *testing.B) {
 }
 
 // BenchmarkCp is the other half of `make bench`: `ferry cp` through the
-// embedded gateway against OpenSSH's `tar -cf - | ssh 127.0.0.1 tar -xf -`
-// (and the reverse), both directions, for one 256 MiB file of random data
-// and for 10,000 files of 2 KiB in 100 directories. The goal is ferry's
-// wall time at most 1.0× OpenSSH's in all four cases and ferry's peak RSS
-// under 64 MiB.
+// embedded gateway, in POSIX mode (the sandbox's sh and tar) and in agent
+// mode (ferry's agent, installed in the sandbox), against OpenSSH's
+// `tar -cf - | ssh 127.0.0.1 tar -xf -` (and the reverse), both
+// directions, for three data sets: one 256 MiB file of random data, 10,000
+// files of 2 KiB in 100 directories, and 256 MiB of agent-style JSONL
+// (session logs, which compress). The goals are agent mode's wall time at
+// most 1.0× OpenSSH's for the random file and the small files, at most
+// 0.5× for the JSONL, and ferry's peak RSS under 64 MiB. POSIX mode runs
+// alongside, for comparison.
+//
+// Before those, it measures the first transfer into a fresh sandbox: a
+// 1 MiB upload into a newly created sandbox, in POSIX mode, and in agent
+// mode with the sandboxes' agent cache removed, so that the time includes
+// installing the agent. The goal is at most 0.5 s over POSIX mode. The
+// cache is ${TMPDIR}/.ferry-<uid> in the sandbox; the benchmark's
+// sandboxes are created with TMPDIR set to a directory of its own.
 //
 // Both sides run against this machine: ferry's sandbox is a directory
 // under the gateway's root, ssh's remote side is a fresh directory under a
 // temp dir (uploads) or that same sandbox directory (downloads, so that
 // both read the same files). Every copy is checked afterwards (files,
-// bytes, and a CRC-32C over every path and its contents). The page cache
-// is synced before each timed command, so that one copy's writeback does
-// not land in the next one's time. Destinations are removed at the end of
-// each round, and the peers take turns going first: on some filesystems
-// (ext4 mounted with discard, for one) the first burst of file
-// creations after a bulk delete costs seconds of kernel time, whichever
-// program makes them. TMPDIR=/dev/shm takes the disk out altogether.
+// bytes, and a CRC-32C over every path and its contents), and so is the
+// mode ferry reports in its --json. The page cache is synced before each
+// timed command, so that one copy's writeback does not land in the next
+// one's time. Destinations are removed at the end of each round, and the
+// peers take turns going first: on some filesystems (ext4 mounted with
+// discard, for one) the first burst of file creations after a bulk delete
+// costs seconds of kernel time, whichever program makes them.
+// TMPDIR=/dev/shm takes the disk out altogether.
 //
-// FERRY_BENCH_CP_BIG sets the big file's bytes, FERRY_BENCH_CP_FILES the
-// number of small files, FERRY_BENCH_ROUNDS the rounds (the best round
-// counts).
+// FERRY_BENCH_CP_BIG sets the random file's bytes, FERRY_BENCH_CP_FILES
+// the number of small files, FERRY_BENCH_CP_JSONL the JSONL's bytes
+// (default: FERRY_BENCH_CP_BIG's), FERRY_BENCH_CP_FIRST the first
+// transfer's bytes, FERRY_BENCH_ROUNDS the rounds (the best round counts;
+// default 3), FERRY_BENCH_CP_COMPRESS agent mode's --compress (default
+// auto). A missed goal is marked MISS in
+// the summary; it does not fail the benchmark.
 func BenchmarkCp(b *testing.B) {
 	needBench(b)
 	bigSize := envInt(b, "FERRY_BENCH_CP_BIG", 256<<20)
 	nFiles := envInt(b, "FERRY_BENCH_CP_FILES", 10000)
-	rounds := envInt(b, "FERRY_BENCH_ROUNDS", 2)
+	jsonlSize := envInt(b, "FERRY_BENCH_CP_JSONL", bigSize)
+	firstSize := envInt(b, "FERRY_BENCH_CP_FIRST", 1<<20)
+	rounds := envInt(b, "FERRY_BENCH_ROUNDS", 3)
+	compress := os.Getenv("FERRY_BENCH_CP_COMPRESS")
+	if compress == "" {
+		compress = "auto"
+	}
 	s := startBench(b)
+	s.compress = compress
 
 	data := b.TempDir()
+	firstSet := makeSmallSet(b, filepath.Join(data, "first"), 16, max(firstSize/16, 1), 4)
 	sets := []*cpSet{
 		makeBigSet(b, filepath.Join(data, "big"), int64(bigSize)),
 		makeSmallSet(b, filepath.Join(data, "files"), nFiles, 2<<10, 100),
+		makeJSONLSet(b, filepath.Join(data, "jsonl"), int64(jsonlSize)),
 	}
+	goals := map[string]float64{"big": 1.0, "files": 1.0, "jsonl": 0.5}
 	remote := b.TempDir() // ssh's remote side for uploads
 	local := b.TempDir()  // where downloads land
 
-	type row struct {
-		name, metric string
-		ferry, ssh   result
-	}
-	var rows []row
+	var rows []cpRow
+	var first firstResult
 	for i := 0; i < b.N; i++ {
 		rows = rows[:0]
+		// First, while no agent is cached yet.
+		first = s.firstCp(b, firstSet, rounds)
 		for _, set := range sets {
-			// The last round's ferry upload stays, as the download source
-			// of both peers.
-			src := fmt.Sprintf("up-%s-%d", set.key, rounds-1)
-			up := row{name: "upload " + set.label, metric: "up-" + set.key}
-			up.ferry, up.ssh = bestOf(b, up.name, rounds, func(r int) (result, string) {
-				name := fmt.Sprintf("up-%s-%d", set.key, r)
-				dst := filepath.Join(s.sandbox, name)
-				res := s.ferryCp(b, set.dir, "bench:"+name)
-				set.check(b, "ferry cp up", dst)
-				if name == src {
-					dst = ""
-				}
-				return res, dst
-			}, func(r int) (result, string) {
+			// The last round's agent-mode upload stays, as the download
+			// source of every peer.
+			src := fmt.Sprintf("up-%s-agent-%d", set.key, rounds-1)
+			up := cpRow{name: "upload " + set.label, metric: "up-" + set.key, goal: goals[set.key]}
+			peers := []benchPeer{{"ssh", func(r int) (result, string) {
 				dst := filepath.Join(remote, fmt.Sprintf("up-%s-%d", set.key, r))
 				res := s.shPipe(b, fmt.Sprintf("tar -cf - -C %s %s | %s %s",
 					shq(filepath.Dir(set.dir)), shq(filepath.Base(set.dir)),
 					shJoin(s.sshArgv()), shq("mkdir -p "+shq(dst)+" && tar -xf - -C "+shq(dst))))
 				set.check(b, "ssh tar up", filepath.Join(dst, filepath.Base(set.dir)))
 				return res, dst
-			})
+			}}}
+			for _, mode := range cpModes {
+				peers = append(peers, benchPeer{mode, func(r int) (result, string) {
+					name := fmt.Sprintf("up-%s-%s-%d", set.key, mode, r)
+					dst := filepath.Join(s.sandbox, name)
+					res := s.ferryCp(b, mode, set.dir, "bench:"+name)
+					set.check(b, "ferry cp --mode "+mode+" up", dst)
+					if name == src {
+						dst = ""
+					}
+					return res, dst
+				}})
+			}
+			up.set(bestOf(b, up.name, rounds, peers))
 			rows = append(rows, up)
 
-			down := row{name: "download " + set.label, metric: "down-" + set.key}
-			down.ferry, down.ssh = bestOf(b, down.name, rounds, func(r int) (result, string) {
-				dst := filepath.Join(local, fmt.Sprintf("ferry-%s-%d", set.key, r))
-				res := s.ferryCp(b, "bench:"+src, dst)
-				set.check(b, "ferry cp down", dst)
-				return res, dst
-			}, func(r int) (result, string) {
+			down := cpRow{name: "download " + set.label, metric: "down-" + set.key, goal: goals[set.key]}
+			peers = []benchPeer{{"ssh", func(r int) (result, string) {
 				dst := filepath.Join(local, fmt.Sprintf("ssh-%s-%d", set.key, r))
 				if err := os.Mkdir(dst, 0o755); err != nil {
 					b.Fatal(err)
@@ -153,66 +179,170 @@ func BenchmarkCp(b *testing.B) {
 					shJoin(s.sshArgv()), shq("tar -cf - -C "+shq(s.sandbox)+" "+shq(src)), shq(dst)))
 				set.check(b, "ssh tar down", filepath.Join(dst, src))
 				return res, dst
-			})
+			}}}
+			for _, mode := range cpModes {
+				peers = append(peers, benchPeer{mode, func(r int) (result, string) {
+					dst := filepath.Join(local, fmt.Sprintf("ferry-%s-%s-%d", set.key, mode, r))
+					res := s.ferryCp(b, mode, "bench:"+src, dst)
+					set.check(b, "ferry cp --mode "+mode+" down", dst)
+					return res, dst
+				}})
+			}
+			down.set(bestOf(b, down.name, rounds, peers))
 			rows = append(rows, down)
 			removeAll(b, filepath.Join(s.sandbox, src))
 		}
 	}
 
-	fmt.Printf("\nferry cp vs tar | ssh 127.0.0.1 | tar, best of %d rounds\n", rounds)
-	fmt.Printf("%-32s %9s %9s %10s %12s\n", "case", "ferry s", "ssh s", "ferry/ssh", "ferry RSS")
+	fmt.Printf("\nferry cp (--mode posix, --mode agent --compress %s) vs tar | ssh 127.0.0.1 | tar, best of %d rounds\n", compress, rounds)
+	fmt.Printf("%-30s %-6s %8s %8s %10s %10s %11s %12s\n", "case", "mode", "ferry s", "ssh s", "ferry/ssh", "goal", "wire/bytes", "ferry RSS")
 	var maxRSS int64
-	worst := 0.0
 	for _, r := range rows {
-		ratio := r.ferry.seconds / r.ssh.seconds
-		worst = max(worst, ratio)
-		maxRSS = max(maxRSS, r.ferry.maxRSS)
-		fmt.Printf("%-32s %9.2f %9.2f %10.2f %8.1f MiB\n", r.name, r.ferry.seconds, r.ssh.seconds, ratio, float64(r.ferry.maxRSS)/1024)
-		b.ReportMetric(ratio, r.metric+"-ferry/ssh")
+		for m, mode := range cpModes {
+			f := r.ferry[m]
+			goal := "-"
+			if mode == "agent" {
+				goal = fmt.Sprintf("<= %.2f", r.goal)
+			}
+			maxRSS = max(maxRSS, f.maxRSS)
+			fmt.Printf("%-30s %-6s %8.2f %8.2f %10.2f %10s %11s %8.1f MiB\n", r.name, mode, f.seconds, r.ssh.seconds, r.ratio(m), goal, f.wireRatio(), float64(f.maxRSS)/1024)
+			b.ReportMetric(r.ratio(m), r.metric+"-"+mode+"/ssh")
+		}
 	}
-	fmt.Printf("worst ratio ferry/ssh: %.2f (goal <= 1.00); ferry peak RSS %.1f MiB (goal < 64)\n\n", worst, float64(maxRSS)/1024)
+	fmt.Printf("\nfirst transfer into a fresh sandbox (%s, %s), best of %d rounds\n", firstSet.label, sizeLabel(firstSet.want.bytes), first.rounds)
+	fmt.Printf("%-38s %8s\n", "mode", "ferry s")
+	fmt.Printf("%-38s %8.3f\n", "posix", first.posix.seconds)
+	fmt.Printf("%-38s %8.3f\n", "agent, installing it (cache emptied)", first.cold.seconds)
+	fmt.Printf("%-38s %8.3f\n", "agent, already installed", first.warm.seconds)
+	for _, f := range []result{first.posix, first.cold, first.warm} {
+		maxRSS = max(maxRSS, f.maxRSS)
+	}
+	extra := first.cold.seconds - first.posix.seconds
+	b.ReportMetric(extra, "first-agent-minus-posix-s")
 	b.ReportMetric(float64(maxRSS)/1024, "ferry-RSS-MiB")
+
+	fmt.Printf("\ngoals\n")
+	mark := func(ok bool) string {
+		if ok {
+			return "PASS"
+		}
+		return "MISS"
+	}
+	agent := slices.Index(cpModes, "agent")
+	for _, r := range rows {
+		ratio := r.ratio(agent)
+		note := ""
+		if f := r.ferry[agent]; f.bytes > 0 {
+			note = fmt.Sprintf("  (wire/bytes %s)", f.wireRatio())
+		}
+		fmt.Printf("  %-4s agent %-30s ferry/ssh %5.2f, goal <= %.2f%s\n", mark(ratio <= r.goal), r.name, ratio, r.goal, note)
+	}
+	fmt.Printf("  %-4s first transfer, agent install included: %+.3f s over posix, goal <= +0.50 s\n", mark(extra <= 0.5), extra)
+	fmt.Printf("  %-4s ferry peak RSS %.1f MiB, goal < 64 MiB\n\n", mark(maxRSS < 64<<10), float64(maxRSS)/1024)
 }
 
-// bestOf runs rounds rounds of ferry and ssh, each returning its result
-// and a path to remove at the end of the round ("" for none), and returns
-// the best of each. Ferry goes first in even rounds, ssh in odd ones.
-// Each round's times are logged (go test prints them under the table).
-func bestOf(b *testing.B, name string, rounds int, ferry, ssh func(r int) (result, string)) (bestFerry, bestSSH result) {
-	b.Helper()
-	keep := func(best *result, r result) {
-		if best.seconds == 0 || r.seconds < best.seconds {
-			*best = r
-		}
+// cpModes are the --mode values BenchmarkCp runs ferry in.
+var cpModes = []string{"posix", "agent"}
+
+// cpRow is one case of BenchmarkCp: ssh's best time and ferry's in each
+// of cpModes.
+type cpRow struct {
+	name, metric string
+	goal         float64 // agent mode's ferry/ssh
+	ssh          result
+	ferry        [2]result // by cpModes
+}
+
+// set takes bestOf's results for peers ssh, then cpModes.
+func (r *cpRow) set(res []result) { r.ssh, r.ferry[0], r.ferry[1] = res[0], res[1], res[2] }
+
+func (r *cpRow) ratio(mode int) float64 { return r.ferry[mode].seconds / r.ssh.seconds }
+
+// wireRatio is what went over the exec channel per byte of file data, as
+// ferry's --json reports it.
+func (r result) wireRatio() string {
+	if r.bytes == 0 {
+		return "-"
 	}
+	return fmt.Sprintf("%.3f", float64(r.wire)/float64(r.bytes))
+}
+
+type firstResult struct {
+	rounds            int
+	posix, cold, warm result
+}
+
+// firstCp times uploads of set into sandboxes created for the purpose
+// (untimed): in POSIX mode, in agent mode with the agent cache removed
+// first (so that the agent is installed), and in agent mode with the
+// agent cached, best of rounds each.
+func (s *benchSetup) firstCp(b *testing.B, set *cpSet, rounds int) firstResult {
+	b.Helper()
+	fresh := func(kind, short, mode string, cold bool) benchPeer {
+		return benchPeer{kind, func(r int) (result, string) {
+			name := fmt.Sprintf("first-%s-%d", short, r) // at most 19 bytes
+			s.createSandbox(b, name)
+			if cold {
+				removeAll(b, s.agentCache)
+			} else if mode == "agent" {
+				if m, _ := filepath.Glob(filepath.Join(s.agentCache, "agent-*")); len(m) == 0 {
+					b.Fatalf("no agent cached in %s before a warm run", s.agentCache)
+				}
+			}
+			res := s.ferryCp(b, mode, set.dir, name+":up")
+			set.check(b, "ferry cp --mode "+mode+" into a new sandbox", filepath.Join(s.root, name, "up"))
+			if cold {
+				if m, _ := filepath.Glob(filepath.Join(s.agentCache, "agent-*")); len(m) == 0 {
+					b.Fatalf("agent mode ran, but installed no agent in %s: is TMPDIR not what the sandbox sees?", s.agentCache)
+				}
+			}
+			mustRun(b, s.ferryEnv, s.bin, "sandbox", "delete", name)
+			return res, ""
+		}}
+	}
+	// Round r starts with peer r%3: the warm run never comes before the
+	// first cold one.
+	res := bestOf(b, "first transfer into a new sandbox", rounds, []benchPeer{
+		fresh("posix", "p", "posix", false),
+		fresh("agent-install", "ai", "agent", true),
+		fresh("agent-cached", "ac", "agent", false),
+	})
+	return firstResult{rounds: rounds, posix: res[0], cold: res[1], warm: res[2]}
+}
+
+// benchPeer is one contender of bestOf: run returns its result and a path
+// to remove at the end of the round ("" for none).
+type benchPeer struct {
+	name string
+	run  func(r int) (result, string)
+}
+
+// bestOf runs rounds rounds of peers and returns the best of each. Round r
+// starts with peer r%len(peers) and goes on in order. Each round's times
+// are logged (go test prints them under the table).
+func bestOf(b *testing.B, name string, rounds int, peers []benchPeer) []result {
+	b.Helper()
+	best := make([]result, len(peers))
 	for r := 0; r < rounds; r++ {
 		var trash []string
-		var times [2]float64
-		run := func(f func(int) (result, string), best *result) {
-			res, p := f(r)
-			keep(best, res)
-			if best == &bestFerry {
-				times[0] = res.seconds
-			} else {
-				times[1] = res.seconds
+		times := make([]string, len(peers))
+		for k := range peers {
+			p := (r + k) % len(peers)
+			res, path := peers[p].run(r)
+			if best[p].seconds == 0 || res.seconds < best[p].seconds {
+				best[p] = res
 			}
-			if p != "" {
-				trash = append(trash, p)
+			times[p] = fmt.Sprintf("%s %.2fs", peers[p].name, res.seconds)
+			if path != "" {
+				trash = append(trash, path)
 			}
 		}
-		if r%2 == 0 {
-			run(ferry, &bestFerry)
-			run(ssh, &bestSSH)
-		} else {
-			run(ssh, &bestSSH)
-			run(ferry, &bestFerry)
-		}
-		b.Logf("%s, round %d: ferry %.2fs, ssh %.2fs", name, r, times[0], times[1])
+		b.Logf("%s, round %d: %s", name, r, strings.Join(times, ", "))
 		for _, p := range trash {
 			removeAll(b, p)
 		}
 	}
-	return bestFerry, bestSSH
+	return best
 }
 
 // needBench skips unless FERRY_BENCH is set.
@@ -230,18 +360,34 @@ func needBench(b *testing.B) {
 type benchSetup struct {
 	bin      string
 	ferryEnv []string
+	// root is the gateway's root, where each sandbox is a directory.
+	root string
 	// sandbox is the sandbox's directory on this machine,
 	// <root>/bench: where bench:PATH lands for a relative PATH.
 	sandbox string
-	sshd    *sshdtest.Server
+	// sandboxTmp is every sandbox's TMPDIR, and agentCache where agent
+	// mode installs the agent in it: ${TMPDIR}/.ferry-<uid>.
+	sandboxTmp, agentCache string
+	// compress is agent mode's --compress for ferryCp ("" for the default).
+	compress string
+	sshd     *sshdtest.Server
 }
 
 func startBench(b *testing.B) *benchSetup {
 	b.Helper()
 	dir := b.TempDir()
-	bin := filepath.Join(dir, "ferry")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		b.Fatalf("build ferry: %v\n%s", err, out)
+	// $FERRY is a ferry already built (make build embeds the agent);
+	// otherwise it is built here, with the agent builds in the tree.
+	bin := os.Getenv("FERRY")
+	if bin == "" {
+		bin = filepath.Join(dir, "ferry")
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			b.Fatalf("build ferry: %v\n%s", err, out)
+		}
+	} else if abs, err := filepath.Abs(bin); err != nil {
+		b.Fatal(err)
+	} else {
+		bin = abs
 	}
 
 	// The embedded gateway, as a separate process, with mTLS.
@@ -268,9 +414,24 @@ func startBench(b *testing.B) *benchSetup {
 		b.Fatal(err)
 	}
 	ferryEnv := append(os.Environ(), "OPENSHELL_GATEWAY_ENDPOINT=https://"+addr, "XDG_CONFIG_HOME="+cfg)
-	mustRun(b, ferryEnv, bin, "sandbox", "create", "bench")
+	// The sandboxes' TMPDIR, and so their agent cache, is the bench's own
+	// (the gateway gives sandbox commands no TMPDIR of its own).
+	sandboxTmp := filepath.Join(dir, "sandbox-tmp")
+	if err := os.Mkdir(sandboxTmp, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	s := &benchSetup{bin: bin, ferryEnv: ferryEnv, root: root, sandbox: filepath.Join(root, "bench"),
+		sandboxTmp: sandboxTmp, agentCache: filepath.Join(sandboxTmp, fmt.Sprintf(".ferry-%d", os.Getuid()))}
+	s.createSandbox(b, "bench")
+	s.sshd = sshdtest.Start(b)
+	return s
+}
 
-	return &benchSetup{bin: bin, ferryEnv: ferryEnv, sandbox: filepath.Join(root, "bench"), sshd: sshdtest.Start(b)}
+// createSandbox creates the sandbox name with TMPDIR set to sandboxTmp.
+func (s *benchSetup) createSandbox(b *testing.B, name string) {
+	b.Helper()
+	mustRun(b, s.ferryEnv, s.bin, "sandbox", "create", "-e", "TMPDIR="+s.sandboxTmp, name)
+
 }
 
 // sshArgv is `ssh 127.0.0.1` to the bench's sshd, up to the remote
@@ -281,21 +442,43 @@ func (s *benchSetup) sshArgv() []string {
 		"-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-p", port, s.sshd.User + "@" + host}
 }
 
-// ferryCp times `ferry -q cp args...` and takes its peak RSS.
-func (s *benchSetup) ferryCp(b *testing.B, args ...string) result {
+// ferryCp times `ferry cp --json --mode mode args...`, takes its peak RSS
+// and what its --json reports, and checks that the copy ran in mode.
+func (s *benchSetup) ferryCp(b *testing.B, mode string, args ...string) result {
 	b.Helper()
-	return timed(b, append([]string{s.bin, "-q", "cp"}, args...), s.ferryEnv, true)
+	argv := []string{s.bin, "cp", "--json", "--mode", mode}
+	if mode == "agent" && s.compress != "" {
+		argv = append(argv, "--compress", s.compress)
+	}
+	res, out := timed(b, append(argv, args...), s.ferryEnv, true)
+	var st struct {
+		Bytes     int64  `json:"bytes"`
+		WireBytes int64  `json:"wire_bytes"`
+		Mode      string `json:"mode"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		b.Fatalf("ferry cp --json %q: %v\n%s", args, err, out)
+	}
+	if st.Mode != mode {
+		b.Fatalf("ferry cp --mode %s %q ran in mode %q", mode, args, st.Mode)
+	}
+	res.bytes, res.wire, res.mode = st.Bytes, st.WireBytes, st.Mode
+	return res
 }
 
 // shPipe times `sh -c pipeline`, the whole pipeline.
 func (s *benchSetup) shPipe(b *testing.B, pipeline string) result {
 	b.Helper()
-	return timed(b, []string{"sh", "-c", pipeline}, nil, false)
+	res, _ := timed(b, []string{"sh", "-c", pipeline}, nil, false)
+	return res
 }
 
 type result struct {
 	seconds float64
 	maxRSS  int64 // KiB
+	// For ferry cp, what its --json reports.
+	bytes, wire int64
+	mode        string
 }
 
 // rssProbe wraps a command in GNU time to take its peak RSS. A child's
@@ -336,8 +519,9 @@ func (p rssProbe) read(b *testing.B, ps *os.ProcessState) int64 {
 }
 
 // timed runs argv to completion after a sync and returns its wall time,
-// and its peak RSS when rss is set. Its output is shown only if it fails.
-func timed(b *testing.B, argv, env []string, rss bool) result {
+// its peak RSS when rss is set, and its standard output. Its standard
+// error is shown only if it fails.
+func timed(b *testing.B, argv, env []string, rss bool) (result, []byte) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -349,20 +533,20 @@ func timed(b *testing.B, argv, env []string, rss bool) result {
 	if env != nil {
 		cmd.Env = env
 	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
 	syscall.Sync()
 	start := time.Now()
 	err := cmd.Run()
 	elapsed := time.Since(start).Seconds()
 	if err != nil {
-		b.Fatalf("%q: %v\n%s", argv, err, out.Bytes())
+		b.Fatalf("%q: %v\n%s%s", argv, err, out.Bytes(), errOut.Bytes())
 	}
 	res := result{seconds: elapsed}
 	if rss {
 		res.maxRSS = probe.read(b, cmd.ProcessState)
 	}
-	return res
+	return res, out.Bytes()
 }
 
 // measure feeds size bytes to argv's stdin, reads its stdout, and checks
