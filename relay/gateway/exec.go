@@ -159,8 +159,8 @@ func (s *Server) exec(stream eventSender, a admitted, stdin io.Reader) error {
 		return stream.Send(e)
 	}
 	fault := &cutter{left: s.cfg.CutAfter, on: s.cfg.CutAfter > 0, cancel: cancel}
-	cmd.Stdin = &faultReader{r: stdin, c: fault}
-	cmd.Stdout = &eventWriter{c: fault, send: send, wrap: func(b []byte) *openshellv1.ExecSandboxEvent {
+	cmd.Stdin = &faultReader{r: stdin, c: fault, flip: flipper{at: s.cfg.CorruptStdinAfter}}
+	cmd.Stdout = &eventWriter{c: fault, send: send, flip: flipper{at: s.cfg.CorruptStdoutAfter}, wrap: func(b []byte) *openshellv1.ExecSandboxEvent {
 		return &openshellv1.ExecSandboxEvent{Payload: &openshellv1.ExecSandboxEvent_Stdout{Stdout: &openshellv1.ExecSandboxStdout{Data: b}}}
 	}}
 	cmd.Stderr = &eventWriter{c: fault, send: send, wrap: func(b []byte) *openshellv1.ExecSandboxEvent {
@@ -283,13 +283,27 @@ func (c *cutter) take(n int) int {
 	return n
 }
 
+// flipper flips the byte that follows the first at bytes of a stream.
+type flipper struct {
+	at, seen int64
+}
+
+func (f *flipper) pass(p []byte) {
+	if f.at > 0 && f.seen <= f.at && f.at < f.seen+int64(len(p)) {
+		p[f.at-f.seen] ^= 0x20
+	}
+	f.seen += int64(len(p))
+}
+
 type faultReader struct {
-	r io.Reader
-	c *cutter
+	r    io.Reader
+	c    *cutter
+	flip flipper
 }
 
 func (f *faultReader) Read(p []byte) (int, error) {
 	n, err := f.r.Read(p)
+	f.flip.pass(p[:n])
 	if m := f.c.take(n); m < n {
 		return m, errCut
 	}
@@ -298,12 +312,14 @@ func (f *faultReader) Read(p []byte) (int, error) {
 
 type eventWriter struct {
 	c    *cutter
+	flip flipper
 	send func(*openshellv1.ExecSandboxEvent) error
 	wrap func([]byte) *openshellv1.ExecSandboxEvent
 }
 
 func (w *eventWriter) Write(p []byte) (int, error) {
 	m := w.c.take(len(p))
+	w.flip.pass(p[:m])
 	if m > 0 {
 		if err := w.send(w.wrap(p[:m])); err != nil {
 			return 0, fmt.Errorf("send output: %w", err)

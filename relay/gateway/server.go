@@ -43,6 +43,11 @@ type Config struct {
 	// of stdin and output together have crossed it; the RPC then fails
 	// with UNAVAILABLE and the process is killed.
 	CutAfter int64
+	// CorruptStdinAfter and CorruptStdoutAfter are fault-injection hooks
+	// for tests: when positive, the byte that follows the first n bytes of
+	// every exec's stdin (or stdout) is flipped, as a faulty relay would,
+	// and the stream goes on.
+	CorruptStdinAfter, CorruptStdoutAfter int64
 	// DisableInteractive makes ExecSandboxInteractive answer UNIMPLEMENTED,
 	// as an older gateway would, so that clients' fallback can be tested.
 	DisableInteractive bool

@@ -1,0 +1,163 @@
+package ferry_test
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ferry-dev/ferry"
+	"github.com/ferry-dev/ferry/relay/gateway"
+	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
+	"github.com/ferry-dev/ferry/relay/openshell"
+	"github.com/ferry-dev/ferry/transfer"
+)
+
+// warmAgent installs the agent through a gateway without faults: the cache
+// is the machine's temp dir, which every test gateway's sandboxes share.
+func warmAgent(t *testing.T) {
+	t.Helper()
+	warm := newEnv(t, ferry.ModeAgent)
+	if _, err := ferry.Upload(ctx(t), warm.sb, []string{t.TempDir()}, "warm"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// noiseTree writes n incompressible files under dir/tree.
+func noiseTree(t *testing.T, dir string, n int, seed uint64) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	files := map[string]string{}
+	for i := 0; i < n; i++ {
+		files[filepath.Join("tree", "d"+string(rune('a'+i%4)), "f"+string(rune('a'+i%26))+strings.Repeat("x", i/26))] = noise(rng, 64<<10+rng.IntN(128<<10))
+	}
+	write(t, dir, files)
+}
+
+// TestAgentCorruptedByte flips one byte of the exec stream (the gateway's
+// fault hook) at offsets inside uploads and downloads in agent mode: each
+// must fail, and nothing may be placed on either side. (POSIX mode has no
+// digests of its own: there a flipped byte inside a file's data passes.)
+func TestAgentCorruptedByte(t *testing.T) {
+	warmAgent(t)
+	local := t.TempDir()
+	noiseTree(t, local, 24, 7)
+	rng := rand.New(rand.NewPCG(9, 9))
+	for i := 0; i < 4; i++ {
+		at := int64(64<<10 + rng.IntN(2<<20))
+		t.Run("", func(t *testing.T) {
+			g := gatewaytest.Start(t, gatewaytest.Options{Config: gateway.Config{CorruptStdinAfter: at, CorruptStdoutAfter: at}})
+			c := g.Client(t, openshell.Config{})
+			g.Sandbox(t, c, "box")
+			sb := sandboxFor(t, c, ferry.ModeAgent)
+			_, err := ferry.Upload(ctx(t), sb, []string{filepath.Join(local, "tree")}, "up")
+			if err == nil {
+				t.Fatalf("upload with byte %d flipped succeeded", at)
+			}
+			t.Logf("upload, byte %d flipped: %v", at, err)
+			if _, err := os.Lstat(filepath.Join(g.Root, "box", "up")); !os.IsNotExist(err) {
+				t.Fatalf("upload with a flipped byte left %s in place (%v)", "up", err)
+			}
+			write(t, filepath.Join(g.Root, "box"), tree(t, local))
+			dst := filepath.Join(t.TempDir(), "down")
+			_, err = ferry.Download(ctx(t), sb, []string{"tree"}, dst, transfer.Limits{})
+			if err == nil {
+				t.Fatalf("download with byte %d flipped succeeded", at)
+			}
+			t.Logf("download, byte %d flipped: %v", at, err)
+			if ents, _ := os.ReadDir(filepath.Dir(dst)); len(ents) != 0 {
+				t.Fatalf("download with a flipped byte left %v", ents)
+			}
+		})
+	}
+}
+
+// TestAgentKilledMidTransfer kills the agent (SIGKILL) while it receives an
+// upload and while it sends a download: errors, and nothing placed.
+func TestAgentKilledMidTransfer(t *testing.T) {
+	e := newEnv(t, ferry.ModeAgent)
+	warmAgent(t)
+	local := t.TempDir()
+	noiseTree(t, local, 200, 11) // about 25 MiB
+	for _, dir := range []string{"upload", "download"} {
+		t.Run(dir, func(t *testing.T) {
+			stop := make(chan struct{})
+			killed := make(chan bool, 1)
+			dst := filepath.Join(t.TempDir(), "down")
+			// Data is flowing once a staging directory exists: the
+			// agent's beside "up", or the host's beside dst.
+			staging := func() bool {
+				if dir == "upload" {
+					ents, _ := os.ReadDir(e.root)
+					for _, en := range ents {
+						if strings.HasPrefix(en.Name(), ".") && en.Name() != ".gateway" {
+							return true
+						}
+					}
+					return false
+				}
+				ents, _ := os.ReadDir(filepath.Dir(dst))
+				return len(ents) > 0
+			}
+			go func() { killed <- killAgentWhen(stop, staging) }()
+			var err error
+			if dir == "upload" {
+				_, err = ferry.Upload(ctx(t), e.sb, []string{filepath.Join(local, "tree")}, "up")
+			} else {
+				write(t, e.root, tree(t, local))
+				_, err = ferry.Download(ctx(t), e.sb, []string{"tree"}, dst, transfer.Limits{})
+			}
+			close(stop)
+			if !<-killed {
+				t.Skip("the transfer ended before the agent could be killed")
+			}
+			if err == nil {
+				t.Fatalf("%s succeeded with its agent killed", dir)
+			}
+			t.Logf("%s with the agent killed: %v", dir, err)
+			if _, err := os.Lstat(filepath.Join(e.root, "up")); dir == "upload" && !os.IsNotExist(err) {
+				t.Fatalf("killed upload left up in place (%v)", err)
+			}
+			if ents, _ := os.ReadDir(filepath.Dir(dst)); len(ents) != 0 {
+				t.Fatalf("killed download left %v", ents)
+			}
+		})
+	}
+}
+
+// killAgentWhen SIGKILLs every ferry agent serving once ready() holds,
+// polling until stop.
+func killAgentWhen(stop <-chan struct{}, ready func() bool) bool {
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case <-stop:
+			return false
+		case <-deadline:
+			return false
+		case <-time.After(2 * time.Millisecond):
+		}
+		if !ready() {
+			continue
+		}
+		killed := false
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range procs {
+			b, err := os.ReadFile(p)
+			if err != nil || !strings.Contains(string(b), "/.ferry-") || !strings.Contains(string(b), "serve") {
+				continue
+			}
+			pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			if err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
+				killed = true
+			}
+		}
+		if killed {
+			return true
+		}
+	}
+}
