@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -345,4 +346,69 @@ func testRunPullsAfterCancel(t *testing.T, mode ferry.Mode) {
 	if _, err := os.Stat(filepath.Join(out, "meta.json")); err != nil {
 		t.Fatalf("meta.json not pulled after cancel: %v", err)
 	}
+}
+
+// TestLoginBanner: a sandbox whose login profile prints a banner on stdout
+// (and stderr) still copies exactly, in both modes.
+func TestLoginBanner(t *testing.T) { forModes(t, testLoginBanner) }
+
+func testLoginBanner(t *testing.T, mode ferry.Mode) {
+	e := newEnv(t, mode)
+	profile := "echo 'Welcome to the sandbox!'; echo 'last login: never'; echo 'motd on stderr' >&2\n"
+	if err := os.WriteFile(filepath.Join(e.root, ".profile"), []byte(profile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	local := t.TempDir()
+	write(t, local, map[string]string{"src/a.txt": "A", "src/sub/b.txt": "B", "src/empty/": ""})
+	if _, err := ferry.Upload(ctx(t), e.sb, []string{filepath.Join(local, "src")}, "up"); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, tree(t, filepath.Join(e.root, "up")), tree(t, filepath.Join(local, "src")))
+	back := filepath.Join(t.TempDir(), "back")
+	st, err := ferry.Download(ctx(t), e.sb, []string{"up"}, back, transfer.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode != mode.String() {
+		t.Errorf("mode %q, want %q", st.Mode, mode)
+	}
+	sameTree(t, tree(t, back), tree(t, filepath.Join(local, "src")))
+}
+
+// TestRunShowsLinesLive: in agent mode a run shows agent.ndjson's lines as
+// they are written, each once, the last ones too (shown from the pulled
+// copy if the follow had not reached them).
+func TestRunShowsLinesLive(t *testing.T) {
+	e := newEnv(t, ferry.ModeAgent)
+	out := filepath.Join(t.TempDir(), "run")
+	var lines syncBuffer
+	script := `mkdir -p rascal-meta; echo '{"exit_code":0}' > rascal-meta/meta.json; ` +
+		`i=0; while [ $i -lt 50 ]; do i=$((i+1)); echo "{\"n\":$i}" >> rascal-meta/agent.ndjson; ` +
+		`if [ $((i % 10)) = 0 ]; then sleep 0.1; fi; done`
+	res, err := ferry.Run(ctx(t), e.sb, ferry.RunSpec{Argv: []string{"sh", "-c", script}, Out: out, Lines: &lines})
+	if err != nil || res.ExitCode != 0 || res.PullErr != nil {
+		t.Fatalf("run: %v, exit %d, pull %v", err, res.ExitCode, res.PullErr)
+	}
+	want, _ := os.ReadFile(filepath.Join(out, "agent.ndjson"))
+	if strings.Count(string(want), "\n") != 50 || lines.String() != string(want) {
+		t.Fatalf("shown %q, pulled %q: want the 50 lines once each", lines.String(), want)
+	}
+}
+
+// syncBuffer is a strings.Builder safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferry-dev/ferry/relay/sshexec/sshdtest"
 )
@@ -204,5 +207,58 @@ func TestRemotePath(t *testing.T) {
 		if ok != tc.remote || box != tc.box || p != tc.path {
 			t.Errorf("remotePath(%q) = %q, %q, %v; want %q, %q, %v", tc.arg, box, p, ok, tc.box, tc.path, tc.remote)
 		}
+	}
+}
+
+// TestPullFollowCLI runs `ferry pull --follow` while the sandbox's
+// agent.ndjson grows, then interrupts it as SIGINT would (main cancels the
+// context): the local copy is whole and each new line was printed once.
+func TestPullFollowCLI(t *testing.T) {
+	g := activeGateway(t)
+	wantOK(t, runFerry(t, nil, "sandbox", "create", "box", "-q"))
+	meta := filepath.Join(g.Root, "box", "rascal-meta")
+	writeFile(t, filepath.Join(meta, "agent.ndjson"), []byte("{\"n\":0}\n"), 0o644)
+	writeFile(t, filepath.Join(meta, "runner.log"), []byte("queued\n"), 0o644)
+	out := filepath.Join(t.TempDir(), "out")
+
+	ctx, cancel := context.WithTimeout(context.Background(), runWait)
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"pull", "box", "--out", out, "--follow"}, strings.NewReader(""), &stdout, &stderr) }()
+	// Lines written after the first pull are the new ones.
+	for i := 0; i < 1000 && !strings.Contains(stderr.String(), "following"); i++ {
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	var want strings.Builder
+	f, err := os.OpenFile(filepath.Join(meta, "agent.ndjson"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 200; i++ {
+		line := fmt.Sprintf("{\"n\":%d}\n", i)
+		want.WriteString(line)
+		if _, err := f.WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+		if i%20 == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	f.Close()
+	for i := 0; i < 500 && stdout.String() != want.String(); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("pull --follow: exit %d: %s", code, stderr.String())
+	}
+	if stdout.String() != want.String() {
+		t.Fatalf("printed %q, want the 200 new lines once each", stdout.String())
+	}
+	got, _ := os.ReadFile(filepath.Join(out, "agent.ndjson"))
+	if string(got) != "{\"n\":0}\n"+want.String() {
+		t.Fatalf("local agent.ndjson: %d bytes, want %d", len(got), len("{\"n\":0}\n")+want.Len())
 	}
 }
