@@ -225,7 +225,9 @@ func TestPullFollowCLI(t *testing.T) {
 	defer cancel()
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"pull", "box", "--out", out, "--follow"}, strings.NewReader(""), &stdout, &stderr) }()
+	go func() {
+		done <- run(ctx, []string{"pull", "box", "--out", out, "--follow"}, strings.NewReader(""), &stdout, &stderr)
+	}()
 	// Lines written after the first pull are the new ones.
 	for i := 0; i < 1000 && !strings.Contains(stderr.String(), "following"); i++ {
 		time.Sleep(5 * time.Millisecond)
