@@ -99,3 +99,36 @@ func TestFollowSurvivesRelayDrops(t *testing.T) {
 	}
 	t.Logf("%d execs for %d bytes through a relay cut every 256 KiB", counted.n.Load(), want.Len())
 }
+
+// TestRunExecCountAgentMode: with the agent cached, a run with inputs and a
+// secret takes one exec before the command and one after (DESIGN.md, "Few
+// round trips").
+func TestRunExecCountAgentMode(t *testing.T) {
+	warmAgent(t)
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := g.Client(t, openshell.Config{})
+	g.Sandbox(t, c, "box")
+	counted := &countingExecer{x: c}
+	sb := sandboxFor(t, counted, ferry.ModeAgent)
+	local := t.TempDir()
+	write(t, local, map[string]string{"instructions.md": "do it", "context.json": "{}", "gh_token": "tok"})
+	res, err := ferry.Run(ctx(t), sb, ferry.RunSpec{
+		Inputs: []ferry.Mapping{
+			{Local: filepath.Join(local, "instructions.md"), Remote: "rascal-meta/instructions.md"},
+			{Local: filepath.Join(local, "context.json"), Remote: "rascal-meta/context.json"},
+		},
+		Secrets: []ferry.Mapping{{Local: filepath.Join(local, "gh_token"), Remote: ".rascal-secrets/gh_token"}},
+		Argv:    []string{"sh", "-c", `echo '{"exit_code":0}' > rascal-meta/meta.json`},
+		Out:     filepath.Join(t.TempDir(), "run"),
+	})
+	if err != nil || res.PullErr != nil {
+		t.Fatalf("run: %v, pull: %v", err, res.PullErr)
+	}
+	if n := counted.n.Load(); n != 3 {
+		t.Fatalf("%d execs, want 3: one before the command, the command, one after", n)
+	}
+	fi, err := os.Stat(filepath.Join(g.Root, "box", ".rascal-secrets"))
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("secrets dir: %v %v, want 0700", fi, err)
+	}
+}
