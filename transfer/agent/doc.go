@@ -1,21 +1,27 @@
-// Package agent is the in-sandbox side of ferry's agent mode: a small static
-// binary that the host streams into the sandbox over the exec channel and
-// then talks to over that same channel, so that hashing, compression and
-// the following of growing files happen next to the data (DESIGN.md, "The
-// agent").
+// Package agent is ferry's agent mode: a small static binary that the host
+// streams into the sandbox over the exec channel and then talks to over that
+// same channel, so that hashing, compression and the following of growing
+// files happen next to the data (DESIGN.md, "The agent").
 //
-// What exists so far is the handshake that precedes everything else on the
-// channel, in each direction: the agent writes a [Hello] on its stdout and
-// the host writes one on the agent's stdin, each Magic, the protocol
+// On the wire, each direction starts with a [Hello]: Magic, the protocol
 // version and the SHA-256 of the agent binary, in HelloLen bytes.
-// [ReadHello] skips what precedes the magic (a login shell's banner, at
-// most a bound of it), reports output without a hello as a [*NoMagicError]
-// that shows what came instead, a peer of another version as a
-// [*VersionError], and never reads past the hello, so the caller hands the
-// same stream on to gRPC with nothing lost.
+// [ReadHello] skips what precedes the magic (a login shell's banner, at most
+// a bound of it), reports output without a hello as a [*NoMagicError] that
+// shows what came instead, a peer of another version as a [*VersionError],
+// and never reads past the hello. gRPC (service ferry.agent.v1, proto in
+// proto/ferry/agent/v1) follows on the same streams.
 //
-// Issue 4 adds the rest: the gRPC service ferry.agent.v1 served on the
-// agent's stdin and stdout after the handshake (probe, put, get, follow,
-// remove), its main package, and the host's install and dial. Until then
-// ferry moves files in POSIX mode (package transfer/posix) only.
+// The agent's side is [Serve] (cmd/ferry-agent is its main): Probe, Stat,
+// Put (a framed tar stream in, extracted through os.Root into staging and
+// placed only after the trailer's entry count, byte count and every file's
+// SHA-256 match), Get (the mirror, checked the same way by the host),
+// Follow (growing files from offsets, woken by fsnotify) and Remove.
+//
+// The host's side is [Dial]: one exec runs the cached agent for the
+// sandbox's architecture, or describes the sandbox when there is none; ferry
+// then streams the build in (zstd, gzip or raw, whatever the sandbox can
+// decode; written to a temporary name and renamed, so concurrent installs
+// are safe) and runs it. A cached copy that is not a build the host carries
+// is replaced. Where the agent cannot run, Dial fails with ErrUnavailable,
+// on which auto mode falls back to POSIX mode (package transfer/posix).
 package agent
