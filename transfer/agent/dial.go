@@ -262,7 +262,7 @@ func serve(ctx context.Context, cfg DialConfig, probeOnly bool) (*Client, probeR
 			return nil, pr, errNoAgent
 		}
 	}
-	return nil, pr, fmt.Errorf("%w: the agent did not start in %s: %v%s", ErrUnavailable, cfg.Sandbox, x.exitDesc(), stderrSuffix(stderr))
+	return nil, pr, fmt.Errorf("%w: the agent did not start in %s: %v", ErrUnavailable, cfg.Sandbox, x.exitDesc())
 }
 
 // install streams the agent build into the sandbox's cache, encoded for

@@ -3,7 +3,9 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -120,5 +122,67 @@ func TestDialUnavailable(t *testing.T) {
 				t.Fatalf("err = %v, want ErrUnavailable saying %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestDialDecoders installs through each encoding a sandbox may be able to
+// decode: zstd when it has zstd, else gzip, else the raw binary.
+func TestDialDecoders(t *testing.T) {
+	tools := []string{"sh", "uname", "id", "mkdir", "chmod", "mv", "cat", "rm"}
+	for _, tc := range []struct{ name, extra string }{{"zstd", "zstd"}, {"gzip", "gzip"}, {"raw", ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := t.TempDir()
+			for _, tool := range append(tools, tc.extra) {
+				if tool == "" {
+					continue
+				}
+				p, err := exec.LookPath(tool)
+				if err != nil {
+					t.Skipf("no %s here", tool)
+				}
+				if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ws, tmp := t.TempDir(), t.TempDir()
+			x, err := local.New(local.Config{Dir: ws, Env: []string{"PATH=" + bin, "TMPDIR=" + tmp}, Shell: []string{"/bin/sh", "-c", `eval "$0"`}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs strings.Builder
+			cfg := agent.DialConfig{X: x, Sandbox: "box", Bundle: agenttest.Bundle(t), Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+			c, d, err := agent.Dial(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if !d.Installed || !strings.Contains(logs.String(), "encoding="+tc.name) {
+				t.Fatalf("dial %+v, log %q: want an install encoded %s", d, logs.String(), tc.name)
+			}
+		})
+	}
+}
+
+// TestDialConcurrentInstalls: several hosts installing into one fresh
+// sandbox at once all end up talking to a whole agent.
+func TestDialConcurrentInstalls(t *testing.T) {
+	cfg, _ := sandbox(t, false)
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		go func() {
+			c, _, err := agent.Dial(context.Background(), cfg)
+			if err == nil {
+				_, err = c.Probe(context.Background())
+				if cerr := c.Close(); err == nil {
+					err = cerr
+				}
+			}
+			errs <- err
+		}()
+	}
+	for i := 0; i < 4; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
