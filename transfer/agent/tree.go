@@ -76,8 +76,10 @@ func memberName(op, n string) (string, error) {
 }
 
 // chunkWriter cuts a byte stream into data messages of ChunkSize bytes
-// (the last one shorter). send gets a buffer that is never touched again:
-// gRPC may hold a message after SendMsg returns. Its error is sticky.
+// (the last one shorter). It reuses one buffer: send must be done with it
+// when it returns, as a gRPC stream's Send is (it marshals the message
+// before returning; only a stats handler or tracing, which these
+// connections do not have, would keep it). Its error is sticky.
 type chunkWriter struct {
 	send   func([]byte) error
 	buf    []byte
@@ -112,7 +114,7 @@ func (c *chunkWriter) Flush() error {
 		return c.err
 	}
 	b := c.buf
-	c.buf = nil
+	c.buf = c.buf[:0]
 	if err := c.send(b); err != nil {
 		c.err, c.failed = err, true
 		return err
@@ -193,7 +195,9 @@ func newTreeReader(msgs *msgReader, lim transfer.Limits) *treeReader {
 	if ratio == 0 {
 		ratio = transfer.DefaultLimits.MaxCompressionRatio
 	}
-	return &treeReader{msgs: msgs, fr: frame.NewReader(msgs, frame.ReaderOptions{MaxRatio: ratio})}
+	// NoDigest: the frame stream's SHA-256 would only repeat the
+	// per-file digests checked against the Trailer; its CRC-32C stays.
+	return &treeReader{msgs: msgs, fr: frame.NewReader(msgs, frame.ReaderOptions{MaxRatio: ratio, NoDigest: true})}
 }
 
 // onFile is ExtractOptions.OnFile.

@@ -15,7 +15,7 @@
 //	stream  = header block* trailer
 //	header  = "FRRYFRM" version:u8                  8 bytes; version 0x01
 //	block   = type:u8 plain:u32 enc:u32 payload[enc]
-//	trailer = 0xFF total:u64 blocks:u64 sha256[32] crc:u32   53 bytes
+//	trailer = kind:u8 total:u64 blocks:u64 sha256[32] crc:u32   53 bytes
 //
 // Block types:
 //
@@ -29,7 +29,9 @@
 // not rely on that. In the trailer, total is the sum of all blocks' plain,
 // blocks is the number of blocks (the trailer excluded) and sha256 is the
 // SHA-256 of the concatenated plaintext (of the empty string for an empty
-// stream). crc is the CRC-32C (Castagnoli) of every byte of the stream
+// stream) when kind is 0xFF; kind 0xFE is a trailer without a digest, its
+// sha256 field all zero, which only a Reader told that its consumer checks
+// the plaintext itself (ReaderOptions.NoDigest) accepts. crc is the CRC-32C (Castagnoli) of every byte of the stream
 // before it, stream header and trailer fields included: it catches flipped
 // bits that change no plaintext (a zstd window descriptor, say), so that
 // any altered byte is an error. The stream ends after the trailer; a Reader
@@ -54,5 +56,8 @@
 // guessed from file names. After 4 blocks in a row that did not pay, only
 // every 16th block is tried, so incompressible data costs about 1/16 of the
 // compression CPU; one block that pays resumes trying every block. Zstd mode
-// tries every block and keeps any gain; None sends every block raw.
+// tries every block and keeps any gain; None sends every block raw. A
+// Writer compresses up to WriterOptions.Concurrency blocks at once and
+// sends them in order; Auto's decision to try a block is then taken on the
+// outcomes of the blocks already sent, a few blocks behind.
 package frame

@@ -8,6 +8,9 @@ const (
 	typeRaw     = 0x01
 	typeZstd    = 0x02
 	typeTrailer = 0xFF
+	// typeTrailerNoDigest is a trailer whose sha256 field is zero: the
+	// writer left the digest to its caller (WriterOptions.NoDigest).
+	typeTrailerNoDigest = 0xFE
 
 	blockHeaderSize = 1 + 4 + 4          // type, plaintext length, encoded length
 	trailerSize     = 1 + 8 + 8 + 32 + 4 // type, total bytes, block count, sha256, crc32c

@@ -29,11 +29,18 @@ type ReaderOptions struct {
 	// MaxTotal bounds the whole stream's plaintext; 0 means no limit (the
 	// consumer, such as the extractor, usually caps it too).
 	MaxTotal int64
+	// NoDigest skips the plaintext's SHA-256, for a consumer that checks
+	// the plaintext by other means (agent mode checks every file's
+	// SHA-256): the trailer's digest is not checked, and a trailer without
+	// one (WriterOptions.NoDigest) is accepted. Counts and the wire
+	// CRC-32C are still checked. Without NoDigest, a trailer without a
+	// digest is ErrCorrupt.
+	NoDigest bool
 }
 
 // Reader reads the plaintext of a framed stream. It returns io.EOF only
-// after the trailer has been read and its byte count, block count and
-// sha256 digest match what was delivered: plaintext returned before that is
+// after the trailer has been read and its byte count, block count, sha256
+// digest (unless NoDigest) and wire CRC-32C match what was delivered: plaintext returned before that is
 // unverified, so a consumer must not commit it until Read returns io.EOF
 // (the extractor's staging directory does exactly that).
 //
@@ -44,11 +51,11 @@ type Reader struct {
 	r     io.Reader
 	opts  ReaderOptions
 	dec   *zstd.Decoder // nil until the first zstd block
-	sum   hash.Hash
-	crc   uint32 // crc32c of the wire bytes so far
-	plain []byte // current block's plaintext
-	off   int    // read offset in plain
-	enc   []byte // scratch for an encoded payload
+	sum   hash.Hash     // nil with NoDigest
+	crc   uint32        // crc32c of the wire bytes so far
+	plain []byte        // current block's plaintext
+	off   int           // read offset in plain
+	enc   []byte        // scratch for an encoded payload
 	hdr   [trailerSize]byte
 	err   error
 
@@ -60,7 +67,10 @@ type Reader struct {
 // NewReader returns a Reader of the framed stream r. Invalid options are
 // reported by the first Read.
 func NewReader(r io.Reader, opts ReaderOptions) *Reader {
-	fr := &Reader{r: r, sum: sha256.New()}
+	fr := &Reader{r: r}
+	if !opts.NoDigest {
+		fr.sum = sha256.New()
+	}
 	if opts.MaxBlockSize == 0 {
 		opts.MaxBlockSize = DefaultMaxBlockSize
 	}
@@ -123,7 +133,7 @@ func (r *Reader) next() error {
 		return err
 	}
 	switch r.hdr[0] {
-	case typeTrailer:
+	case typeTrailer, typeTrailerNoDigest:
 		return r.trailer()
 	case typeRaw, typeZstd:
 	default:
@@ -171,7 +181,9 @@ func (r *Reader) next() error {
 		}
 		r.stats.ZstdBlocks++
 	}
-	r.sum.Write(r.plain)
+	if r.sum != nil {
+		r.sum.Write(r.plain)
+	}
 	r.blocks++
 	r.stats.Plaintext += plain
 	return nil
@@ -210,7 +222,7 @@ func (r *Reader) decode(op string, plain int) error {
 }
 
 // trailer reads the rest of the trailer and checks it: counts, then the
-// plaintext digest, then the wire checksum.
+// plaintext digest (unless NoDigest), then the wire checksum.
 func (r *Reader) trailer() error {
 	if err := r.full(r.hdr[1:trailerSize-4], "read trailer"); err != nil {
 		return err
@@ -226,7 +238,11 @@ func (r *Reader) trailer() error {
 		return fmt.Errorf("read trailer: %d bytes declared, %d read: %w", total, r.stats.Plaintext, ErrCorrupt)
 	case blocks != r.blocks:
 		return fmt.Errorf("read trailer: %d blocks declared, %d read: %w", blocks, r.blocks, ErrCorrupt)
-	case !bytes.Equal(r.hdr[17:49], r.sum.Sum(nil)):
+	case r.hdr[0] == typeTrailerNoDigest && r.sum != nil:
+		return fmt.Errorf("read trailer: the stream carries no sha256 of the plaintext: %w", ErrCorrupt)
+	case r.hdr[0] == typeTrailerNoDigest && !bytes.Equal(r.hdr[17:49], make([]byte, sha256.Size)):
+		return fmt.Errorf("read trailer: a trailer without a digest has a nonzero digest field: %w", ErrCorrupt)
+	case r.sum != nil && !bytes.Equal(r.hdr[17:49], r.sum.Sum(nil)):
 		return fmt.Errorf("read trailer: sha256 of the plaintext differs: %w", ErrCorrupt)
 	case binary.BigEndian.Uint32(r.hdr[49:]) != crc:
 		// The plaintext is intact (its digest matched) but the wire bytes

@@ -1,0 +1,88 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+	"github.com/ferry-dev/ferry/transfer/frame"
+)
+
+// BenchmarkTree measures Put and Get of one file through an in-process
+// agent (pipes, no exec channel): random bytes and JSONL-like text, per
+// compression mode. Host and agent share the process, so a CPU profile
+// (-cpuprofile) shows both sides of the data path.
+func BenchmarkTree(b *testing.B) {
+	const size = 64 << 20
+	src := b.TempDir()
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := make([]byte, size)
+	for i := range random {
+		random[i] = byte(rng.Uint32())
+	}
+	text := make([]byte, 0, size+4096)
+	for len(text) < size {
+		text = append(text, `{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"`...)
+		for range 5 + rng.IntN(40) {
+			text = append(text, benchWords[rng.IntN(len(benchWords))]...)
+			text = append(text, ' ')
+		}
+		text = strconv.AppendInt(append(text, `"}]},"n":`...), int64(rng.IntN(100000)), 10)
+		text = append(text, "}\n"...)
+	}
+	text = text[:size]
+	for name, data := range map[string][]byte{"random": random, "text": text} {
+		if err := os.WriteFile(filepath.Join(src, name), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ws := b.TempDir()
+	c := agenttest.InProcess(b, agent.ServerConfig{Workspace: ws})
+	ctx := context.Background()
+	for _, name := range []string{"random", "text"} {
+		for _, m := range []frame.Mode{frame.Auto, frame.None} {
+			b.Run(fmt.Sprintf("put/%s/%v", name, m), func(b *testing.B) {
+				b.SetBytes(size)
+				i := 0
+				for b.Loop() {
+					dest := fmt.Sprintf("put-%s-%v-%d", name, m, i)
+					i++
+					_, err := c.Put(ctx, agent.PutSpec{Dest: dest, Place: transfer.PlaceNew, Compress: m},
+						func(w *transfer.Writer) error { return w.Add(ctx, filepath.Join(src, name), name) })
+					if err != nil {
+						b.Fatal(err)
+					}
+					os.RemoveAll(filepath.Join(ws, dest))
+				}
+			})
+			b.Run(fmt.Sprintf("get/%s/%v", name, m), func(b *testing.B) {
+				if err := os.WriteFile(filepath.Join(ws, name), map[string][]byte{"random": random, "text": text}[name], 0o644); err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(size)
+				local := b.TempDir()
+				i := 0
+				for b.Loop() {
+					dst := filepath.Join(local, strconv.Itoa(i))
+					i++
+					_, err := c.Get(ctx, agent.GetSpec{Names: []string{name}, Local: dst, Place: transfer.PlaceNew, Compress: m})
+					if err != nil {
+						b.Fatal(err)
+					}
+					os.RemoveAll(dst)
+				}
+			})
+		}
+	}
+}
+
+var benchWords = []string{"the", "function", "returns", "an", "error", "when", "the", "file", "is", "missing",
+	"go", "test", "./...", "ok", "FAIL", "package", "main", "import", "fmt", "func", "nil", "err", "if", "return",
+	"server", "client", "stream", "buffer", "context", "cancel", "timeout", "read", "write", "close"}
