@@ -264,3 +264,29 @@ func TestPullFollowCLI(t *testing.T) {
 		t.Fatalf("local agent.ndjson: %d bytes, want %d", len(got), len("{\"n\":0}\n")+want.Len())
 	}
 }
+
+// TestCompressCLI: --compress zstd shrinks compressible data on the wire,
+// --compress none does not, and a bad value is a usage error.
+func TestCompressCLI(t *testing.T) {
+	activeGateway(t)
+	wantOK(t, runFerry(t, nil, "sandbox", "create", "box", "-q"))
+	local := t.TempDir()
+	writeFile(t, filepath.Join(local, "src", "log.ndjson"), []byte(strings.Repeat(`{"type":"assistant","text":"the same words again"}`+"\n", 20000)), 0o644)
+	wire := map[string]float64{}
+	for _, c := range []string{"zstd", "none"} {
+		r := runFerry(t, nil, "--json", "--compress", c, "cp", filepath.Join(local, "src"), "box:"+c)
+		if r.code != 0 {
+			t.Fatalf("cp --compress %s: exit %d: %s", c, r.code, r.stderr)
+		}
+		var st map[string]any
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st["mode"] != "agent" {
+			t.Fatalf("cp --json: %q %v", r.stdout, err)
+		}
+		wire[c] = st["wire_bytes"].(float64) / st["bytes"].(float64)
+	}
+	if wire["zstd"] > 0.1 || wire["none"] < 1 {
+		t.Fatalf("wire/bytes: %v; want zstd well under 0.1 and none at least 1", wire)
+	}
+	wantUsage(t, runFerry(t, nil, "--compress", "lz4", "cp", local, "box:x"), "compress")
+	wantUsage(t, runFerry(t, nil, "--mode", "magic", "cp", local, "box:x"), "mode")
+}
