@@ -44,6 +44,14 @@ func testRelayCutAtRandomOffsets(t *testing.T, mode ferry.Mode) {
 			if _, err := os.Lstat(filepath.Join(g.Root, "box", "up")); !os.IsNotExist(err) {
 				t.Fatalf("upload cut after %d bytes left %s in place (%v)", cut, "up", err)
 			}
+			// Nor a staging directory beside it: each mode removes its
+			// own after a cut, through a new exec.
+			ents, _ := os.ReadDir(filepath.Join(g.Root, "box"))
+			for _, en := range ents {
+				if strings.HasPrefix(en.Name(), ".ferry") {
+					t.Fatalf("upload cut after %d bytes left %s", cut, en.Name())
+				}
+			}
 			// The same tree placed in the sandbox directly, then fetched
 			// through the cut relay.
 			write(t, filepath.Join(g.Root, "box"), files)

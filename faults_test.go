@@ -119,8 +119,18 @@ func TestAgentKilledMidTransfer(t *testing.T) {
 				t.Fatalf("%s succeeded with its agent killed", dir)
 			}
 			t.Logf("%s with the agent killed: %v", dir, err)
-			if _, err := os.Lstat(filepath.Join(e.root, "up")); dir == "upload" && !os.IsNotExist(err) {
-				t.Fatalf("killed upload left up in place (%v)", err)
+			if dir == "upload" {
+				if _, err := os.Lstat(filepath.Join(e.root, "up")); !os.IsNotExist(err) {
+					t.Fatalf("killed upload left up in place (%v)", err)
+				}
+				// Nor its staging directory: ferry removes it through a
+				// new agent.
+				ents, _ := os.ReadDir(e.root)
+				for _, en := range ents {
+					if strings.HasPrefix(en.Name(), ".ferry-staging-") {
+						t.Fatalf("killed upload left %s", en.Name())
+					}
+				}
 			}
 			if ents, _ := os.ReadDir(filepath.Dir(dst)); len(ents) != 0 {
 				t.Fatalf("killed download left %v", ents)

@@ -3,11 +3,14 @@ package ferry
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"path"
+	"time"
 
 	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
@@ -90,7 +93,7 @@ func (s Sandbox) open(ctx context.Context) (remote, error) {
 		return nil, fmt.Errorf("agent mode in %s: %w", s.Name, err)
 	}
 	log.Debug("agent connected", "sandbox", s.Name, "installed", d.Installed, "execs", d.Execs)
-	return agentRemote{c: c, compress: s.Compress}, nil
+	return agentRemote{c: c, compress: s.Compress, sb: s, log: log}, nil
 }
 
 // posixRemote is POSIX mode.
@@ -156,6 +159,8 @@ func (p posixRemote) present(ctx context.Context, dir string, names []string) ([
 type agentRemote struct {
 	c        *agent.Client
 	compress frame.Mode
+	sb       Sandbox
+	log      *slog.Logger
 }
 
 func (a agentRemote) mode() string { return "agent" }
@@ -166,7 +171,8 @@ func (a agentRemote) stat(ctx context.Context, p string, follow bool) (transfer.
 }
 
 func (a agentRemote) upload(ctx context.Context, items []item, dest string, place transfer.Placement, want int64) (CopyStats, error) {
-	res, err := a.c.Put(ctx, agent.PutSpec{Dest: dest, Place: place, Compress: a.compress}, func(w *transfer.Writer) error {
+	staging := transfer.StagingPrefix + randomTag()
+	res, err := a.c.Put(ctx, agent.PutSpec{Dest: dest, Place: place, Compress: a.compress, Staging: staging}, func(w *transfer.Writer) error {
 		for _, it := range items {
 			if err := w.Add(ctx, it.src, it.name); err != nil {
 				return err
@@ -175,6 +181,9 @@ func (a agentRemote) upload(ctx context.Context, items []item, dest string, plac
 		return nil
 	})
 	if err != nil {
+		if a.c.Lost() {
+			a.removeStaging(ctx, path.Join(transfer.StagingParent(dest, place), staging))
+		}
 		return CopyStats{}, err
 	}
 	if res.Entries != want {
@@ -209,6 +218,29 @@ func (a agentRemote) present(ctx context.Context, dir string, names []string) ([
 		}
 	}
 	return out, nil
+}
+
+// removeStaging removes what an agent that died mid-put left, through a
+// new connection; a sandbox that cannot be reached keeps it (it is a hidden
+// directory beside the destination, never the destination).
+func (a agentRemote) removeStaging(ctx context.Context, p string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	c, _, err := agent.Dial(ctx, agent.DialConfig{X: a.sb.X, Sandbox: a.sb.Name, Bundle: a.sb.Agents, Logger: a.log})
+	if err == nil {
+		err = c.Remove(ctx, p)
+		c.Close()
+	}
+	if err != nil {
+		a.log.Warn("cannot remove the staging directory of a failed upload", "sandbox", a.sb.Name, "path", p, "err", err)
+	}
+}
+
+// randomTag is 16 random hex digits.
+func randomTag() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 func statsOf(r agent.Result) CopyStats {

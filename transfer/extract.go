@@ -79,7 +79,16 @@ type ExtractOptions struct {
 	// an *EntryError naming the entry. A caller collects the digests here
 	// and compares them with the sender's in Verify.
 	OnFile func(FileDigest) error
+	// Staging, when set, is the name of the staging directory, created
+	// exclusively beside the destination (in it, for PlaceInto) instead of
+	// a random name: a caller that may be killed mid-stream chooses it, so
+	// that whoever cleans up after it knows what to remove. It must be one
+	// path element starting with StagingPrefix.
+	Staging string
 }
+
+// StagingPrefix begins the name of every staging directory.
+const StagingPrefix = ".ferry-staging-"
 
 // Extract reads a tar stream from r and places the tree it holds at dest.
 //
@@ -122,7 +131,7 @@ func Extract(ctx context.Context, r io.Reader, dest string, opts ExtractOptions)
 	if err != nil {
 		return Stats{}, err
 	}
-	st, err := newStage(dest, opts.Place)
+	st, err := newStage(dest, opts.Place, opts.Staging)
 	if err != nil {
 		return Stats{}, err
 	}

@@ -8,6 +8,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -24,7 +25,7 @@ type stage struct {
 	root *os.Root // opened on tree
 }
 
-func newStage(dest string, place Placement) (*stage, error) {
+func newStage(dest string, place Placement, name string) (*stage, error) {
 	if dest == "" {
 		return nil, errors.New("transfer: empty destination")
 	}
@@ -60,7 +61,17 @@ func newStage(dest string, place Placement) (*stage, error) {
 	default:
 		return nil, fmt.Errorf("transfer: unknown placement %d", place)
 	}
-	dir, err := os.MkdirTemp(parent, ".ferry-staging-*")
+	var dir string
+	var err error
+	if name == "" {
+		dir, err = os.MkdirTemp(parent, StagingPrefix+"*")
+	} else {
+		if !strings.HasPrefix(name, StagingPrefix) || name == StagingPrefix || strings.ContainsAny(name, "/\x00") || name != filepath.Base(name) {
+			return nil, fmt.Errorf("create staging directory %q: %w: not a %s name", name, ErrUnsafePath, StagingPrefix)
+		}
+		dir = filepath.Join(parent, name)
+		err = os.Mkdir(dir, 0o700)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create staging directory: %w", err)
 	}
@@ -294,4 +305,13 @@ func (x *extractor) entryName(name string) string {
 		return d.entry
 	}
 	return name
+}
+
+// StagingParent is the directory Extract makes its staging directory in
+// for dest and place.
+func StagingParent(dest string, place Placement) string {
+	if place == PlaceInto {
+		return filepath.Clean(dest)
+	}
+	return filepath.Dir(filepath.Clean(dest))
 }

@@ -91,3 +91,10 @@ func (c *Client) wrap(op string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
+
+// Lost reports whether the stream under the connection has ended: the
+// relay dropped, or the agent exited or was killed. A lost agent cleaned
+// up nothing; whatever it was writing is left for the host to remove.
+func (c *Client) Lost() bool {
+	return c.err != nil && c.err() != nil
+}

@@ -72,10 +72,11 @@ func (s *server) put(stream agentv1.Agent_PutServer) (*agentv1.Stats, error) {
 	}}
 	tr := newTreeReader(msgs, lim)
 	xs, err := transfer.Extract(ctx, tr.fr, dest, transfer.ExtractOptions{
-		Limits: lim,
-		Place:  place,
-		OnFile: tr.onFile,
-		Verify: tr.verify,
+		Limits:  lim,
+		Place:   place,
+		OnFile:  tr.onFile,
+		Verify:  tr.verify,
+		Staging: h.GetStaging(),
 	})
 	if err != nil {
 		return nil, err
@@ -114,6 +115,10 @@ type PutSpec struct {
 	Limits transfer.Limits
 	// Compress is how the data is framed on the wire.
 	Compress frame.Mode
+	// Staging, when set, names the agent's staging directory beside Dest
+	// (see transfer.ExtractOptions.Staging), so that a host whose agent
+	// died mid-put can remove it through another connection.
+	Staging string
 }
 
 // Put streams a tree to the agent, which extracts it at spec.Dest and
@@ -151,7 +156,7 @@ func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *transfer.Wr
 		}
 		return c.callErr(op, err)
 	}
-	hdr := &agentv1.PutHeader{Dest: spec.Dest, Place: place, Limits: limitsToProto(spec.Limits)}
+	hdr := &agentv1.PutHeader{Dest: spec.Dest, Place: place, Limits: limitsToProto(spec.Limits), Staging: spec.Staging}
 	if err := stream.Send(&agentv1.PutRequest{Msg: &agentv1.PutRequest_Header{Header: hdr}}); err != nil {
 		return Result{}, ended()
 	}

@@ -679,10 +679,14 @@ func (*PutRequest_Data) isPutRequest_Msg() {}
 func (*PutRequest_Trailer) isPutRequest_Msg() {}
 
 type PutHeader struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Dest          string                 `protobuf:"bytes,1,opt,name=dest,proto3" json:"dest,omitempty"`
-	Place         Placement              `protobuf:"varint,2,opt,name=place,proto3,enum=ferry.agent.v1.Placement" json:"place,omitempty"`
-	Limits        *Limits                `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Dest   string                 `protobuf:"bytes,1,opt,name=dest,proto3" json:"dest,omitempty"`
+	Place  Placement              `protobuf:"varint,2,opt,name=place,proto3,enum=ferry.agent.v1.Placement" json:"place,omitempty"`
+	Limits *Limits                `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
+	// Staging, when set, names the staging directory the agent creates
+	// beside dest (a ".ferry-staging-" name, one path element): chosen by
+	// the host so that, when the agent dies mid-put, the host can remove it.
+	Staging       string `protobuf:"bytes,4,opt,name=staging,proto3" json:"staging,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -736,6 +740,13 @@ func (x *PutHeader) GetLimits() *Limits {
 		return x.Limits
 	}
 	return nil
+}
+
+func (x *PutHeader) GetStaging() string {
+	if x != nil {
+		return x.Staging
+	}
+	return ""
 }
 
 // Trailer closes a tree's stream: what the sender put into it.
@@ -1412,11 +1423,12 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x19.ferry.agent.v1.PutHeaderH\x00R\x06header\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x123\n" +
 	"\atrailer\x18\x03 \x01(\v2\x17.ferry.agent.v1.TrailerH\x00R\atrailerB\x05\n" +
-	"\x03msg\"\x80\x01\n" +
+	"\x03msg\"\x9a\x01\n" +
 	"\tPutHeader\x12\x12\n" +
 	"\x04dest\x18\x01 \x01(\tR\x04dest\x12/\n" +
 	"\x05place\x18\x02 \x01(\x0e2\x19.ferry.agent.v1.PlacementR\x05place\x12.\n" +
-	"\x06limits\x18\x03 \x01(\v2\x16.ferry.agent.v1.LimitsR\x06limits\"k\n" +
+	"\x06limits\x18\x03 \x01(\v2\x16.ferry.agent.v1.LimitsR\x06limits\x12\x18\n" +
+	"\astaging\x18\x04 \x01(\tR\astaging\"k\n" +
 	"\aTrailer\x12\x18\n" +
 	"\aentries\x18\x01 \x01(\x03R\aentries\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x120\n" +
