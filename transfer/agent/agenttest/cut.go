@@ -48,6 +48,8 @@ func Cuttable(t testing.TB, cfg agent.ServerConfig) (c *agent.Client, cut func()
 	closeFn := func() error {
 		once.Do(func() {
 			fromHost.Close()
+			// The server may be blocked writing a frame nobody reads yet.
+			go io.Copy(io.Discard, fromAgent)
 			serr = <-served
 			cancel()
 			fromAgent.Close()
