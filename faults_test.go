@@ -1,6 +1,7 @@
 package ferry_test
 
 import (
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -13,8 +14,10 @@ import (
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/relay/gateway"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
+	"github.com/ferry-dev/ferry/relay/local"
 	"github.com/ferry-dev/ferry/relay/openshell"
 	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/agent"
 )
 
 // warmAgent installs the agent through a gateway without faults: the cache
@@ -169,5 +172,28 @@ func killAgentWhen(stop <-chan struct{}, ready func() bool) bool {
 		if killed {
 			return true
 		}
+	}
+}
+
+// TestAutoFallsBackToPOSIX: where the agent cannot be installed (a temp
+// dir that cannot be written), auto mode moves files in POSIX mode and
+// says so, and agent mode fails saying why.
+func TestAutoFallsBackToPOSIX(t *testing.T) {
+	ws := t.TempDir()
+	x, err := local.New(local.Config{Dir: ws, Env: append(os.Environ(), "TMPDIR=/dev/null/nowhere"), Shell: []string{"/bin/sh", "-c", `eval "$0"`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := t.TempDir()
+	write(t, src, map[string]string{"a.txt": "A"})
+	sb := sandboxFor(t, x, ferry.ModeAuto)
+	st, err := ferry.Upload(ctx(t), sb, []string{filepath.Join(src, "a.txt")}, "a.txt")
+	if err != nil || st.Mode != "posix" {
+		t.Fatalf("auto: %+v %v, want a POSIX-mode copy", st, err)
+	}
+	sb.Mode = ferry.ModeAgent
+	_, err = ferry.Upload(ctx(t), sb, []string{filepath.Join(src, "a.txt")}, "b.txt")
+	if !errors.Is(err, agent.ErrUnavailable) || !strings.Contains(err.Error(), "/dev/null/nowhere") {
+		t.Fatalf("agent mode: %v, want ErrUnavailable naming the temp dir", err)
 	}
 }

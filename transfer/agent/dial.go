@@ -46,13 +46,15 @@ type Dialled struct {
 
 // The serve script runs the cached agent for this machine if there is one,
 // and otherwise describes the sandbox on one line and exits: one exec in
-// the common case. $1 and $2 are the cache keys of the amd64 and arm64
+// the common case. Only a cache directory and binary owned by the
+// sandbox's own user are run: in a /tmp shared with other users, another
+// user could have made the directory first. $1 and $2 are the cache keys of the amd64 and arm64
 // builds ("-" when the host has none); $3 is "serve", or "probe" to
 // describe the sandbox even when an agent is cached.
 const serveScript = `m=$(uname -m); s=$(uname -s); h=-; ` +
 	`case "$s/$m" in Linux/x86_64|Linux/amd64) h=$1;; Linux/aarch64|Linux/arm64|Linux/armv8l) h=$2;; esac; ` +
 	`d="${TMPDIR:-/tmp}/.ferry-$(id -u)"; ` +
-	`if [ "$3" = serve ] && [ "$h" != - ] && [ -x "$d/agent-$h" ]; then exec "$d/agent-$h" serve; fi; ` +
+	`if [ "$3" = serve ] && [ "$h" != - ] && [ -O "$d" ] && [ -O "$d/agent-$h" ] && [ -x "$d/agent-$h" ]; then exec "$d/agent-$h" serve; fi; ` +
 	`z=raw; if command -v zstd >/dev/null 2>&1; then z=zstd; elif command -v gzip >/dev/null 2>&1; then z=gzip; fi; ` +
 	`printf '\nFERRY-PROBE %s %s %s %s\n' "$s" "$m" "$z" "$d"`
 
@@ -61,7 +63,9 @@ const serveScript = `m=$(uname -m); s=$(uname -s); h=-; ` +
 // at once, or one cut off halfway, never leave a broken agent under the
 // name the serve script runs. $1 is the directory, $2 the key, $3 how stdin
 // is encoded.
-const installScript = `set -e; umask 077; mkdir -p "$1"; t="$1/.agent-$2.$$"; trap 'rm -f "$t"' EXIT; ` +
+const installScript = `set -e; umask 077; mkdir -p "$1"; ` +
+	`if [ ! -O "$1" ]; then echo "$1 belongs to another user" >&2; exit 1; fi; chmod 0700 "$1"; ` +
+	`t="$1/.agent-$2.$$"; trap 'rm -f "$t"' EXIT; ` +
 	`case "$3" in zstd) zstd -dcq >"$t";; gzip) gzip -dc >"$t";; *) cat >"$t";; esac; ` +
 	`chmod 0700 "$t"; mv -f "$t" "$1/agent-$2"; trap - EXIT`
 
