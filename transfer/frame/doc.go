@@ -50,14 +50,24 @@
 //
 // # Compression
 //
-// In Auto mode (--compress auto, the default) a Writer compresses each block
-// with zstd at its fastest level and sends the result only if it is at most
-// 97% of the plaintext: compressibility is measured on every block tried, not
-// guessed from file names. After 4 blocks in a row that did not pay, only
-// every 16th block is tried, so incompressible data costs about 1/16 of the
-// compression CPU; one block that pays resumes trying every block. Zstd mode
-// tries every block and keeps any gain; None sends every block raw. A
-// Writer compresses up to WriterOptions.Concurrency blocks at once and
-// sends them in order; Auto's decision to try a block is then taken on the
-// outcomes of the blocks already sent, a few blocks behind.
+// In Auto mode (--compress auto, the default) a Writer compresses a block
+// only when that makes the stream go faster, measured as it goes, like
+// zstd --adapt: on a slow link (a gateway across a WAN) compression is the
+// point, on a fast one (loopback, a LAN) zstd is slower than the link and
+// raw blocks win. A Writer sends blocks from a goroutine of its own; when
+// the next block is framed and waiting behind the one being written, the
+// link is the bottleneck and the block being cut is compressed; when the
+// sender waits instead (for a block being compressed, or for more
+// plaintext), the link has room and the block goes raw. The first 16
+// blocks (4 MiB by default) are compressed whatever the link, before it
+// can be measured, so small streams always are. On a link between the
+// two, blocks mix raw and zstd in whatever proportion keeps both the
+// compressors and the link busy. A compressed block is sent only if it is
+// at most 97% of the plaintext: compressibility is measured on every
+// block tried, not guessed from file names. After 4 blocks in a row that
+// did not pay, only every 16th block is tried, so incompressible data
+// costs about 1/16 of the compression CPU; one block that pays resumes
+// trying every block. Zstd mode tries every block and keeps any gain;
+// None sends every block raw. A Writer compresses up to
+// WriterOptions.Concurrency blocks at once and sends them in order.
 package frame

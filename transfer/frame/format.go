@@ -28,6 +28,23 @@ const (
 	// Auto mode's skip heuristic (see Auto).
 	skipAfter = 4
 	skipEvery = 16
+	// Auto tries every block of the first warmupBlocks (a small stream,
+	// or the start of one, before the link can be measured), then only
+	// blocks the link is waiting for.
+	warmupBlocks = 16
+	// In raw mode Auto still compresses every probeEvery-th block, to
+	// keep its measure of the compressor current.
+	probeEvery = 16
+	// hysteresisPct is how far apart Auto's thresholds for switching to
+	// raw and back are, in percent.
+	hysteresisPct = 25
+	// Auto's measures average over about the last linkWindow bytes of
+	// wire for the link and zstdWindow blocks tried for the compressor.
+	linkWindow = 4 << 20
+	zstdWindow = 4
+	// queueExtra is how many framed blocks may wait for the sender beyond
+	// Concurrency being compressed.
+	queueExtra = 2
 
 	// skippable zstd frame (RFC 8878 section 3.1.2): magic 0x184D2A50 and
 	// a 4-byte little-endian size, both little-endian, then that many bytes.

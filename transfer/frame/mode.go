@@ -6,12 +6,18 @@ import "fmt"
 type Mode int
 
 const (
-	// Auto compresses a block with zstd only when that measurably pays: the
-	// encoded block must be at most 97% of the plaintext, else the block is
-	// sent raw. After skipAfter consecutive blocks that did not pay, only
-	// every skipEvery-th block is tried, so incompressible data (media,
-	// archives, random bytes) costs little CPU; one block that pays resumes
-	// trying every block.
+	// Auto compresses a block with zstd when the link, not the
+	// compressor, holds the stream back, and sends it only when that
+	// measurably pays. The Writer measures the link by its own queue:
+	// a block is compressed when the next framed block already waits
+	// behind the one being written (a slow link, or a slow receiver), and
+	// sent raw when the writing goroutine is waiting for a compressor or
+	// for plaintext (a link faster than zstd). The first warmupBlocks
+	// blocks are compressed regardless. The encoded block must be at most
+	// 97% of the plaintext, else the block is sent raw. After skipAfter
+	// consecutive blocks that did not pay, only every skipEvery-th block
+	// is tried, so incompressible data (media, archives, random bytes)
+	// costs little CPU; one block that pays resumes trying every block.
 	Auto Mode = iota
 	// Zstd tries every block and sends the zstd form whenever it is smaller
 	// than the plaintext at all. A block that zstd would grow is sent raw:

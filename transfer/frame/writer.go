@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"io"
 	"runtime"
+	"sync"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -28,11 +30,12 @@ type WriterOptions struct {
 	// DefaultMaxRatio; at least 2; it must not exceed the reader's.
 	MaxRatio int
 	// Concurrency is how many blocks are compressed at once, each in a
-	// goroutine of its own; blocks still go out in order. It bounds the
-	// memory: about Concurrency × (2 × BlockSize + a zstd encoder's ~1 MiB).
-	// Default min(GOMAXPROCS, 4); 1 compresses in the calling goroutine.
-	// Goroutines live only while a block is being compressed; Close, or
-	// the first error, waits for them.
+	// goroutine of its own; blocks still go out in order, written by a
+	// goroutine of their own. It bounds the memory: about (Concurrency+2)
+	// × 2 × BlockSize, plus a zstd encoder's ~1 MiB per block compressed
+	// at once. Default min(GOMAXPROCS, 4). Goroutines live only while a
+	// block is being compressed or written; Close, or the first error,
+	// waits for them.
 	Concurrency int
 	// NoDigest leaves the plaintext's SHA-256 out of the trailer (a
 	// trailer of type 0xFE, its digest field zero), for a caller that
@@ -46,43 +49,65 @@ type WriterOptions struct {
 // Compress, and ends it with a trailer on Close. It does not close the
 // underlying writer. Errors are sticky: after the first failure every
 // method returns it. A Writer is not safe for concurrent use.
+//
+// Blocks go through a short pipeline: the calling goroutine cuts and
+// hashes the plaintext, up to Concurrency goroutines compress, and one
+// sender goroutine writes the framed blocks in order. The sender's queue
+// is how Auto measures the link (see Auto).
 type Writer struct {
-	w    io.Writer
-	opts WriterOptions
-	enc  *zstd.Encoder // Concurrency 1: nil until the first block is tried
-	sum  hash.Hash     // nil with NoDigest
-	crc  uint32        // crc32c of the wire bytes so far
-	buf  []byte        // pending plaintext, len < BlockSize between calls
-	out  []byte        // scratch for one framed block
-	err  error
+	w      io.Writer
+	opts   WriterOptions
+	sum    hash.Hash // nil with NoDigest
+	buf    []byte    // pending plaintext, len < BlockSize between calls
+	closed bool
+	cut    int // blocks handed to the pipeline so far
 
-	// With Concurrency > 1: blocks being compressed or waiting to go out,
-	// in stream order, and the slots free for the next ones.
-	pending []*slot
+	// encs holds Concurrency encoders (nil until first used): a
+	// compressing goroutine takes one for the block and puts it back.
+	encs chan *zstd.Encoder
+
+	mu      sync.Mutex
+	cond    sync.Cond // signalled when a slot is freed or the sender stops
+	q       []*slot   // framed or being framed, in stream order; q[0] goes out next
 	free    []*slot
-
-	started bool // stream header written
-	closed  bool
+	slots   int  // slots made so far, at most maxSlots
+	running bool // a sender goroutine is running; it stops when q is empty
+	err     error
 	miss    int // consecutive blocks that did not pay (Auto)
 	skipped int // blocks sent raw untried since the last try (Auto)
-	blocks  uint64
 	stats   Stats
+	link    rate // time the sender spent writing, per wire byte (Auto)
+	zstdT   rate // time compressing, per plaintext byte (Auto)
+	zstdW   rate // wire bytes of blocks tried, per plaintext byte (Auto)
+	raw     bool // Auto found the compressor slower than the link
+	probe   int  // blocks sent raw since the last probe (Auto, raw)
+
+	// Owned by the sender goroutine while it runs, by the caller of Close
+	// once it has stopped (the mutex orders the two).
+	started bool   // stream header written
+	crc     uint32 // crc32c of the wire bytes so far
+	blocks  uint64
+	out     []byte // scratch for the stream header and trailer
 }
 
-// slot is one block in flight: its plaintext, its framed form and the
-// encoder that makes it. A slot's goroutine owns it until done is closed.
+// slot is one block in the pipeline: its plaintext, its framed form, and
+// whether a compressing goroutine made it. That goroutine owns the slot
+// until done is closed.
 type slot struct {
 	plain []byte
-	out   []byte // block header and payload
-	enc   *zstd.Encoder
+	out   []byte        // block header and payload
 	zstd  bool          // out holds a zstd payload
-	done  chan struct{} // nil when out was built in the calling goroutine
+	tried bool          // compression was tried
+	took  time.Duration // compressing it
+	err   error
+	done  chan struct{} // nil when out was built by the caller (raw)
 }
 
 // NewWriter returns a Writer framing onto w. Invalid options are reported
 // by the first Write or Close.
 func NewWriter(w io.Writer, opts WriterOptions) *Writer {
 	fw := &Writer{w: w}
+	fw.cond.L = &fw.mu
 	if opts.BlockSize == 0 {
 		opts.BlockSize = DefaultBlockSize
 	}
@@ -102,8 +127,11 @@ func NewWriter(w io.Writer, opts WriterOptions) *Writer {
 	case opts.Concurrency < 1:
 		fw.err = fmt.Errorf("new frame writer: concurrency %d under 1", opts.Concurrency)
 	}
-	if opts.Compress == None {
-		opts.Concurrency = 1 // nothing to do in parallel
+	if fw.err == nil && opts.Compress != None {
+		fw.encs = make(chan *zstd.Encoder, opts.Concurrency)
+		for range opts.Concurrency {
+			fw.encs <- nil
+		}
 	}
 	if !opts.NoDigest {
 		fw.sum = sha256.New()
@@ -112,10 +140,15 @@ func NewWriter(w io.Writer, opts WriterOptions) *Writer {
 	return fw
 }
 
+// maxSlots bounds the blocks in the pipeline: Concurrency compressing
+// plus room for framed blocks queued behind the one being written, which
+// is what tells Auto that the link is the bottleneck.
+func (w *Writer) maxSlots() int { return w.opts.Concurrency + queueExtra }
+
 // Write buffers p and frames every full block.
 func (w *Writer) Write(p []byte) (int, error) {
-	if w.err != nil {
-		return 0, w.err
+	if err := w.failed(); err != nil {
+		return 0, err
 	}
 	if w.closed {
 		return 0, errClosed
@@ -148,12 +181,12 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// Close frames any pending plaintext and writes the trailer. It does not
-// close the underlying writer. Calling Close again returns the first
-// Close's result.
+// Close frames any pending plaintext, waits for every block to be
+// written and writes the trailer. It does not close the underlying
+// writer. Calling Close again returns the first Close's result.
 func (w *Writer) Close() error {
-	if w.err != nil {
-		return w.err
+	if err := w.failed(); err != nil {
+		return err
 	}
 	if w.closed {
 		return nil
@@ -165,18 +198,25 @@ func (w *Writer) Close() error {
 		}
 		w.buf = w.buf[:0]
 	}
-	for len(w.pending) > 0 {
-		if err := w.flushOne(); err != nil {
-			return err
-		}
+	w.drain()
+	if err := w.failed(); err != nil {
+		return err
 	}
-	out := w.begin(w.out[:0])
+	// The sender has stopped: its fields are the caller's now.
+	out := w.out[:0]
+	if !w.started {
+		w.started = true
+		out = append(out, magic...)
+	}
 	if w.sum != nil {
 		out = append(out, typeTrailer)
 	} else {
 		out = append(out, typeTrailerNoDigest)
 	}
-	out = binary.BigEndian.AppendUint64(out, uint64(w.stats.Plaintext))
+	w.mu.Lock()
+	total := w.stats.Plaintext
+	w.mu.Unlock()
+	out = binary.BigEndian.AppendUint64(out, uint64(total))
 	out = binary.BigEndian.AppendUint64(out, w.blocks)
 	if w.sum != nil {
 		out = w.sum.Sum(out)
@@ -185,24 +225,47 @@ func (w *Writer) Close() error {
 	}
 	out = binary.BigEndian.AppendUint32(out, crc32.Update(w.crc, castagnoli, out))
 	w.out = out
-	if err := w.emit(out); err != nil {
+	n, err := w.emit(out)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stats.Wire += int64(n)
+	if err != nil {
+		w.err = err
 		return err
 	}
-	w.enc, w.free = nil, nil
+	w.free, w.encs = nil, nil
 	return nil
 }
 
-// Stats reports what was framed so far: blocks still being compressed
-// are not counted yet.
-func (w *Writer) Stats() Stats { return w.stats }
+// Stats reports what was framed so far: blocks still in the pipeline are
+// not counted yet.
+func (w *Writer) Stats() Stats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stats
+}
 
-// begin prepends the stream header to the first thing written.
-func (w *Writer) begin(out []byte) []byte {
-	if w.started {
-		return out
+// failed returns the sticky error, if any, once the pipeline has
+// drained.
+func (w *Writer) failed() error {
+	w.mu.Lock()
+	err := w.err
+	w.mu.Unlock()
+	if err != nil {
+		w.drain()
 	}
-	w.started = true
-	return append(out, magic...)
+	return err
+}
+
+// drain waits until the sender has written (or, after an error, dropped)
+// every block in the pipeline and stopped; no goroutine of the Writer is
+// left once it returns.
+func (w *Writer) drain() {
+	w.mu.Lock()
+	for w.running {
+		w.cond.Wait()
+	}
+	w.mu.Unlock()
 }
 
 var (
@@ -230,117 +293,145 @@ func newEncoder(blockSize int) (*zstd.Encoder, error) {
 	return enc, nil
 }
 
-// block frames one non-empty block of plaintext p: at once with
-// Concurrency 1, else in a slot, going out once the blocks before it have.
-// p is not retained.
+// block hands one non-empty block of plaintext p to the pipeline, once a
+// slot is free. p is not retained.
 func (w *Writer) block(p []byte) error {
 	if w.sum != nil {
 		w.sum.Write(p)
 	}
-	try := w.try()
-	if w.opts.Concurrency == 1 || (!try && len(w.pending) == 0) {
-		if try && w.enc == nil {
-			enc, err := newEncoder(w.opts.BlockSize)
-			if err != nil {
-				w.err = err
-				return err
-			}
-			w.enc = enc
-		}
-		var enc *zstd.Encoder
-		if try {
-			enc = w.enc
-		}
-		out, z := encodeBlock(w.out[:0], p, enc, w.opts.Compress, w.opts.MaxRatio)
-		w.out = out
-		return w.sent(out, len(p), try, z)
+	w.mu.Lock()
+	for w.err == nil && len(w.free) == 0 && w.slots >= w.maxSlots() {
+		w.cond.Wait()
 	}
-	if len(w.free) == 0 && len(w.pending) < w.opts.Concurrency {
-		w.free = append(w.free, &slot{})
-	}
-	for len(w.free) == 0 {
-		if err := w.flushOne(); err != nil {
-			return err
-		}
-	}
-	s := w.free[len(w.free)-1]
-	w.free = w.free[:len(w.free)-1]
-	w.pending = append(w.pending, s)
-	s.done, s.zstd = nil, false
-	if !try {
-		s.out, _ = encodeBlock(s.out[:0], p, nil, w.opts.Compress, w.opts.MaxRatio)
-		return nil
-	}
-	if s.enc == nil {
-		enc, err := newEncoder(w.opts.BlockSize)
-		if err != nil {
-			w.err = err
-			w.wait()
-			return err
-		}
-		s.enc = enc
-	}
-	s.plain = append(s.plain[:0], p...)
-	s.done = make(chan struct{})
-	go func(mode Mode, maxRatio int) {
-		defer close(s.done)
-		s.out, s.zstd = encodeBlock(s.out[:0], s.plain, s.enc, mode, maxRatio)
-	}(w.opts.Compress, w.opts.MaxRatio)
-	return nil
-}
-
-// flushOne sends the oldest pending block once it is framed.
-func (w *Writer) flushOne() error {
-	s := w.pending[0]
-	if s.done != nil {
-		<-s.done
-	}
-	w.pending[0] = nil
-	w.pending = w.pending[1:]
-	w.free = append(w.free, s)
-	plain := binary.BigEndian.Uint32(s.out[1:])
-	if err := w.sent(s.out, int(plain), s.done != nil, s.zstd); err != nil {
-		w.wait()
+	if w.err != nil {
+		err := w.err
+		w.mu.Unlock()
+		w.drain()
 		return err
 	}
+	var s *slot
+	if n := len(w.free); n > 0 {
+		s = w.free[n-1]
+		w.free = w.free[:n-1]
+	} else {
+		s = &slot{}
+		w.slots++
+	}
+	try := w.try()
+	w.mu.Unlock()
+
+	w.cut++
+	s.done, s.zstd, s.tried, s.err = nil, false, try, nil
+	if try {
+		s.plain = append(s.plain[:0], p...)
+		s.done = make(chan struct{})
+		go w.compress(s, w.opts.Compress, w.opts.MaxRatio, w.opts.BlockSize)
+	} else {
+		s.out, _ = encodeBlock(s.out[:0], p, nil, w.opts.Compress, w.opts.MaxRatio)
+	}
+
+	w.mu.Lock()
+	w.q = append(w.q, s)
+	if !w.running {
+		w.running = true
+		go w.send()
+	}
+	w.mu.Unlock()
 	return nil
 }
 
-// wait waits for every block being compressed, after an error: no
+// compress frames s.plain with one of the Writer's encoders and closes
+// s.done. It touches only s and the encoder pool.
+func (w *Writer) compress(s *slot, mode Mode, maxRatio, blockSize int) {
+	defer close(s.done)
+	enc := <-w.encs
+	if enc == nil {
+		var err error
+		if enc, err = newEncoder(blockSize); err != nil {
+			w.encs <- nil
+			s.err = err
+			return
+		}
+	}
+	t0 := time.Now()
+	s.out, s.zstd = encodeBlock(s.out[:0], s.plain, enc, mode, maxRatio)
+	s.took = time.Since(t0)
+	w.encs <- enc
+}
+
+// send is the sender goroutine: it writes the queued blocks in order,
+// each once it is framed, and stops when the queue is empty. After an
+// error it still waits for every queued block, so that no compressing
 // goroutine outlives the Writer's failure.
-func (w *Writer) wait() {
-	for _, s := range w.pending {
+func (w *Writer) send() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for len(w.q) > 0 {
+		s := w.q[0]
+		failed := w.err != nil
+		w.mu.Unlock()
 		if s.done != nil {
 			<-s.done
 		}
+		var n int
+		var took time.Duration
+		err := s.err
+		if !failed && err == nil {
+			t0 := time.Now()
+			if !w.started {
+				w.started = true
+				var k int
+				k, err = w.emit([]byte(magic))
+				n += k
+			}
+			if err == nil {
+				var k int
+				k, err = w.emit(s.out)
+				n += k
+			}
+			w.blocks++
+			took = time.Since(t0)
+		}
+		w.mu.Lock()
+		w.q[0] = nil
+		w.q = w.q[1:]
+		w.free = append(w.free, s)
+		w.stats.Wire += int64(n)
+		switch {
+		case failed:
+		case err != nil:
+			if w.err == nil {
+				w.err = err
+			}
+		default:
+			w.sent(s)
+			w.link.add(took.Seconds(), float64(n), linkWindow)
+		}
+		w.cond.Broadcast()
 	}
-	w.pending = nil
+	w.running = false
+	w.cond.Broadcast()
 }
 
-// sent counts a framed block and writes it, after the stream header
-// if it is the first.
-func (w *Writer) sent(out []byte, plain int, tried, z bool) error {
-	if !w.started {
-		w.started = true
-		if err := w.emit([]byte(magic)); err != nil {
-			return err
-		}
-	}
-	if tried {
-		if z {
+// sent counts a block written, with w.mu held.
+func (w *Writer) sent(s *slot) {
+	plain := float64(binary.BigEndian.Uint32(s.out[1:]))
+	if s.tried {
+		window := float64(zstdWindow * w.opts.BlockSize)
+		w.zstdT.add(s.took.Seconds(), plain, window)
+		w.zstdW.add(float64(len(s.out)-blockHeaderSize), plain, window)
+		if s.zstd {
 			w.miss = 0
 		} else {
 			w.miss++
 		}
 	}
-	if z {
+	if s.zstd {
 		w.stats.ZstdBlocks++
 	} else {
 		w.stats.RawBlocks++
 	}
-	w.blocks++
-	w.stats.Plaintext += int64(plain)
-	return w.emit(out)
+	w.stats.Plaintext += int64(binary.BigEndian.Uint32(s.out[1:]))
 }
 
 // encodeBlock appends the framed block of plaintext p to out: a zstd
@@ -369,13 +460,25 @@ func encodeBlock(out, p []byte, enc *zstd.Encoder, mode Mode, maxRatio int) ([]b
 	return out, typ == typeZstd
 }
 
-// try reports whether the next block is worth compressing.
+// try reports whether the next block is worth compressing, with w.mu
+// held.
 func (w *Writer) try() bool {
 	switch w.opts.Compress {
 	case None:
 		return false
 	case Zstd:
 		return true
+	}
+	if w.cut >= warmupBlocks {
+		w.adapt()
+		if w.raw {
+			w.probe++
+			if w.probe < probeEvery {
+				return false
+			}
+			w.probe = 0
+			return true
+		}
 	}
 	if w.miss < skipAfter {
 		return true
@@ -387,6 +490,42 @@ func (w *Writer) try() bool {
 	w.skipped = 0
 	return true
 }
+
+// adapt decides, with w.mu held, whether Auto compresses (w.raw false):
+// when the link time compression saves on a byte of plaintext exceeds
+// the time it takes to compress it. Both are measured: the time the
+// sender spends in the underlying Write per wire byte (which is about
+// nothing while the link keeps up, and the link's pace once it is
+// backed up), and the compressor's time and output per plaintext byte.
+// The thresholds differ by hysteresisPct so that the choice does not
+// flap around the balance.
+func (w *Writer) adapt() {
+	if w.link.n == 0 || w.zstdT.n == 0 {
+		return
+	}
+	saved := (1 - w.zstdW.per()) * w.link.per()
+	cost := w.zstdT.per()
+	if w.raw {
+		w.raw = saved*100 <= cost*(100+hysteresisPct)
+	} else {
+		w.raw = saved*(100+hysteresisPct) < cost*100
+	}
+}
+
+// rate is a quantity per byte over roughly the last window bytes.
+type rate struct{ v, n float64 }
+
+func (r *rate) add(v, n, window float64) {
+	r.v += v
+	r.n += n
+	if r.n > window {
+		k := window / r.n
+		r.v *= k
+		r.n *= k
+	}
+}
+
+func (r *rate) per() float64 { return r.v / r.n }
 
 // pays reports whether n encoded bytes are worth sending for plain bytes.
 func pays(mode Mode, n, plain int) bool {
@@ -410,16 +549,15 @@ func pad(out []byte, start, plain, maxRatio int) []byte {
 	return append(out, make([]byte, size)...)
 }
 
-func (w *Writer) emit(b []byte) error {
+// emit writes b to the underlying writer and adds it to the CRC.
+func (w *Writer) emit(b []byte) (int, error) {
 	n, err := w.w.Write(b)
-	w.stats.Wire += int64(n)
 	w.crc = crc32.Update(w.crc, castagnoli, b)
 	if err == nil && n != len(b) {
 		err = io.ErrShortWrite
 	}
 	if err != nil {
-		w.err = fmt.Errorf("write frame: %w", err)
-		return w.err
+		return n, fmt.Errorf("write frame: %w", err)
 	}
-	return nil
+	return n, nil
 }

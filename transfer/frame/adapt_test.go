@@ -1,0 +1,101 @@
+package frame
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+)
+
+// slowLink is a writer that drains at rate bytes per second, like a link
+// whose buffers are full: each Write returns when the link would have
+// sent its bytes.
+type slowLink struct {
+	rate  float64
+	start time.Time
+	n     int64
+	buf   bytes.Buffer
+}
+
+func (l *slowLink) Write(p []byte) (int, error) {
+	if l.start.IsZero() {
+		l.start = time.Now()
+	}
+	l.n += int64(len(p))
+	time.Sleep(time.Until(l.start.Add(time.Duration(float64(l.n) / l.rate * float64(time.Second)))))
+	return l.buf.Write(p)
+}
+
+// countWriter is a link faster than any compressor.
+type countWriter struct{ n int64 }
+
+func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
+func writeAll(t *testing.T, w *Writer, data []byte) Stats {
+	t.Helper()
+	if _, err := w.Write(data); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	return w.Stats()
+}
+
+// TestAutoSlowLink: on a link slower than the compressor Auto compresses
+// compressible data, and still sends incompressible data raw.
+func TestAutoSlowLink(t *testing.T) {
+	const bs = 32 << 10
+	for _, c := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("text/%d", c), func(t *testing.T) {
+			data := textData(4 << 20)
+			link := &slowLink{rate: 2e6}
+			st := writeAll(t, NewWriter(link, WriterOptions{BlockSize: bs, Concurrency: c}), data)
+			if ratio := float64(st.Wire) / float64(st.Plaintext); ratio > 0.3 {
+				t.Errorf("stats %+v: wire/plain %.3f, want at most 0.3", st, ratio)
+			}
+			out, _, err := decode(link.buf.Bytes(), ReaderOptions{})
+			if err != nil || !bytes.Equal(out, data) {
+				t.Fatalf("read: err %v, equal %v", err, bytes.Equal(out, data))
+			}
+			t.Logf("stats %+v, wire/plain %.3f", st, float64(st.Wire)/float64(st.Plaintext))
+		})
+	}
+	t.Run("random", func(t *testing.T) {
+		data := randomData(4 << 20)
+		link := &slowLink{rate: 16e6}
+		st := writeAll(t, NewWriter(link, WriterOptions{BlockSize: bs, Concurrency: 2}), data)
+		if st.ZstdBlocks != 0 {
+			t.Errorf("stats %+v: want every block raw", st)
+		}
+	})
+}
+
+// TestAutoFastLink: on a link faster than the compressor Auto sends
+// compressible data mostly raw once past its first warmupBlocks, while
+// Zstd still compresses every block.
+func TestAutoFastLink(t *testing.T) {
+	const bs = 64 << 10
+	data := textData(32 << 20)
+	blocks := int64(len(data) / bs)
+	st := writeAll(t, NewWriter(&countWriter{}, WriterOptions{BlockSize: bs, Concurrency: 2, NoDigest: true}), data)
+	t.Logf("auto: stats %+v", st)
+	if st.RawBlocks < (blocks-warmupBlocks)/2 {
+		t.Errorf("auto: stats %+v, want most of the %d blocks after warmup raw", st, blocks-warmupBlocks)
+	}
+	st = writeAll(t, NewWriter(io.Discard, WriterOptions{Compress: Zstd, BlockSize: bs, Concurrency: 2}), data)
+	if st.ZstdBlocks != blocks {
+		t.Errorf("zstd: stats %+v, want all %d blocks zstd", st, blocks)
+	}
+}
+
+// TestAutoSmallStream: a stream of at most warmupBlocks blocks is
+// compressed whatever the link, as before anything can be measured.
+func TestAutoSmallStream(t *testing.T) {
+	const bs = 64 << 10
+	st := writeAll(t, NewWriter(&countWriter{}, WriterOptions{BlockSize: bs}), textData(warmupBlocks*bs))
+	if st.ZstdBlocks != warmupBlocks {
+		t.Errorf("stats %+v, want all %d blocks zstd", st, warmupBlocks)
+	}
+}
