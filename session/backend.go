@@ -1,0 +1,50 @@
+package session
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Backend is the storage under a Store: a flat namespace of objects with
+// slash-separated names ("chunks/3f/3f9a...", "snapshots/KEY/7"). It is the
+// contract every backend (local files through afero, S3-compatible object
+// storage) implements; the conformance suite in session/backendtest checks
+// it. Implementations are safe for concurrent use by several goroutines,
+// and a backend shared by several processes or nodes keeps the promises of
+// Put across them.
+type Backend interface {
+	// Get opens the object name for reading; the caller closes it. A
+	// missing object is an error matching fs.ErrNotExist.
+	Get(ctx context.Context, name string) (io.ReadCloser, error)
+
+	// Put stores the object name with the bytes of r up to EOF. It is
+	// atomic: a reader sees the whole new object, or the old one, or none,
+	// never a part. Without exclusive it replaces an existing object and
+	// renews its ModTime. With exclusive it creates the object only if no
+	// object of that name exists, else fails with an error matching
+	// fs.ErrExist; of two concurrent exclusive Puts of one name, at most
+	// one succeeds (on disk: link(2) or O_EXCL; on S3: If-None-Match: *).
+	// An error from r aborts the Put and stores nothing.
+	Put(ctx context.Context, name string, r io.Reader, exclusive bool) error
+
+	// Stat describes the object name; a missing one is an error matching
+	// fs.ErrNotExist.
+	Stat(ctx context.Context, name string) (ObjectInfo, error)
+
+	// List calls fn for every object whose name starts with prefix, in no
+	// particular order, and stops at fn's first error, which it returns.
+	// Objects created or deleted during the listing may or may not be seen.
+	List(ctx context.Context, prefix string, fn func(ObjectInfo) error) error
+
+	// Delete removes the object name. It is idempotent: deleting a missing
+	// object is not an error.
+	Delete(ctx context.Context, name string) error
+}
+
+// ObjectInfo describes one object of a Backend.
+type ObjectInfo struct {
+	Name    string
+	Size    int64     // stored bytes
+	ModTime time.Time // last Put
+}

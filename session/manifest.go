@@ -1,0 +1,232 @@
+package session
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kind is the type of a manifest entry.
+type Kind string
+
+const (
+	KindDir     Kind = "dir"
+	KindFile    Kind = "file"
+	KindSymlink Kind = "symlink"
+)
+
+// manifestFormat is the version written in every manifest; readers refuse
+// others.
+const manifestFormat = 1
+
+// Limits on a manifest read from the store, which is input like any other:
+// a damaged or hostile object must not exhaust memory.
+const (
+	maxManifestStored  = 64 << 20  // compressed bytes
+	maxManifestDecoded = 256 << 20 // JSON bytes
+	maxEntries         = 1 << 20
+	maxPathLen         = 4096
+	maxTargetLen       = 4096
+)
+
+// Manifest is one committed snapshot of a key: the tree and its totals. It
+// is immutable once committed.
+type Manifest struct {
+	Format    int       `json:"format"`
+	Key       string    `json:"key"`
+	Seq       int64     `json:"seq"`
+	Parent    int64     `json:"parent,omitempty"` // the snapshot the save started from, 0 if none
+	Time      time.Time `json:"time"`             // when the save committed, by the saver's clock
+	Files     int64     `json:"files"`
+	Dirs      int64     `json:"dirs"`
+	Symlinks  int64     `json:"symlinks"`
+	Bytes     int64     `json:"bytes"`     // of file contents
+	NewBytes  int64     `json:"new_bytes"` // plaintext of the chunks this save stored
+	NewChunks int64     `json:"new_chunks"`
+	Entries   []Entry   `json:"entries"` // sorted by Path, parents before children
+}
+
+// Entry is one file, directory or symlink of a snapshot. The root of the
+// saved tree has no entry.
+type Entry struct {
+	Path   string      `json:"path"` // slash-separated, relative, clean
+	Kind   Kind        `json:"kind"`
+	Mode   fs.FileMode `json:"mode"`  // permission bits only
+	MTime  int64       `json:"mtime"` // Unix nanoseconds
+	Size   int64       `json:"size,omitempty"`
+	Target string      `json:"target,omitempty"` // of a symlink
+	Chunks []ChunkRef  `json:"chunks,omitempty"` // of a file, in order
+}
+
+// ModTime returns e.MTime as a time.
+func (e *Entry) ModTime() time.Time { return time.Unix(0, e.MTime) }
+
+// ChunkRef is one chunk of a file.
+type ChunkRef struct {
+	ID   ID    `json:"id"`
+	Size int64 `json:"size"`
+}
+
+// Info summarizes m for listings.
+func (m *Manifest) Info() SnapshotInfo {
+	return SnapshotInfo{Key: m.Key, Seq: m.Seq, Time: m.Time, Files: m.Files, Bytes: m.Bytes, NewBytes: m.NewBytes, NewChunks: m.NewChunks}
+}
+
+// SnapshotInfo is a line of List.
+type SnapshotInfo struct {
+	Key       string    `json:"key"`
+	Seq       int64     `json:"seq"`
+	Time      time.Time `json:"time"`
+	Files     int64     `json:"files"`
+	Bytes     int64     `json:"bytes"`
+	NewBytes  int64     `json:"new_bytes"`
+	NewChunks int64     `json:"new_chunks"`
+}
+
+const snapshotPrefix = "snapshots/"
+
+func manifestName(key string, seq int64) string {
+	return snapshotPrefix + key + "/" + strconv.FormatInt(seq, 10)
+}
+
+// encodeManifest is the stored form of m: zstd-compressed JSON.
+func encodeManifest(m *Manifest) ([]byte, error) {
+	js, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode manifest: %w", err)
+	}
+	return encoder.EncodeAll(js, nil), nil
+}
+
+// decodeManifest reads a stored manifest and validates it as untrusted
+// input: see validate. Every error matches ErrManifest.
+func decodeManifest(r io.Reader) (*Manifest, error) {
+	stored, err := io.ReadAll(io.LimitReader(r, maxManifestStored+1))
+	if err != nil {
+		return nil, fmt.Errorf("read manifest: %w", err)
+	}
+	if len(stored) > maxManifestStored {
+		return nil, fmt.Errorf("%w: over %d bytes", ErrManifest, maxManifestStored)
+	}
+	js, err := manifestDecoder.DecodeAll(stored, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: decompress: %v", ErrManifest, err)
+	}
+	return parseManifest(js)
+}
+
+// parseManifest decodes and validates a manifest's JSON.
+func parseManifest(js []byte) (*Manifest, error) {
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	var m Manifest
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrManifest, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: data after the manifest", ErrManifest)
+	}
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrManifest, err)
+	}
+	return &m, nil
+}
+
+// validate checks what a reader relies on: a known format, a valid key and
+// sequence, entries sorted by path (so no duplicates), clean relative paths
+// whose parent is a directory entry (so nothing is ever written through a
+// symlink), kinds with only their own fields, permission-only modes, file
+// sizes equal to the sum of their chunks, and totals that add up.
+func (m *Manifest) validate() error {
+	if m.Format != manifestFormat {
+		return fmt.Errorf("format %d, want %d", m.Format, manifestFormat)
+	}
+	if err := ValidKey(m.Key); err != nil {
+		return err
+	}
+	if m.Seq < 1 || m.Parent < 0 || m.Parent >= m.Seq {
+		return fmt.Errorf("sequence %d, parent %d", m.Seq, m.Parent)
+	}
+	if len(m.Entries) > maxEntries {
+		return fmt.Errorf("%d entries, over %d", len(m.Entries), maxEntries)
+	}
+	if m.NewBytes < 0 || m.NewChunks < 0 {
+		return fmt.Errorf("negative new bytes or chunks")
+	}
+	dirs := map[string]bool{".": true}
+	var files, ndirs, links, total int64
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		if err := e.validate(); err != nil {
+			return err
+		}
+		if i > 0 && m.Entries[i-1].Path >= e.Path {
+			return fmt.Errorf("entry %q: out of order or duplicate", e.Path)
+		}
+		if !dirs[path.Dir(e.Path)] {
+			return fmt.Errorf("entry %q: parent is not a directory entry", e.Path)
+		}
+		switch e.Kind {
+		case KindDir:
+			dirs[e.Path] = true
+			ndirs++
+		case KindFile:
+			files++
+			if total += e.Size; total < 0 {
+				return fmt.Errorf("entry %q: total size overflows", e.Path)
+			}
+		case KindSymlink:
+			links++
+		}
+	}
+	if files != m.Files || ndirs != m.Dirs || links != m.Symlinks || total != m.Bytes {
+		return fmt.Errorf("totals %d files, %d dirs, %d symlinks, %d bytes; entries add up to %d, %d, %d, %d",
+			m.Files, m.Dirs, m.Symlinks, m.Bytes, files, ndirs, links, total)
+	}
+	return nil
+}
+
+func (e *Entry) validate() error {
+	if len(e.Path) > maxPathLen || !fs.ValidPath(e.Path) || e.Path == "." || strings.ContainsRune(e.Path, 0) {
+		return fmt.Errorf("entry %q: unsafe path", e.Path)
+	}
+	if e.Mode&^fs.ModePerm != 0 {
+		return fmt.Errorf("entry %q: mode %v: only permission bits are kept", e.Path, e.Mode)
+	}
+	switch e.Kind {
+	case KindDir:
+		if e.Size != 0 || e.Target != "" || len(e.Chunks) != 0 {
+			return fmt.Errorf("entry %q: directory with size, target or chunks", e.Path)
+		}
+	case KindSymlink:
+		if e.Size != 0 || len(e.Chunks) != 0 {
+			return fmt.Errorf("entry %q: symlink with size or chunks", e.Path)
+		}
+		if e.Target == "" || len(e.Target) > maxTargetLen || strings.ContainsRune(e.Target, 0) {
+			return fmt.Errorf("entry %q: bad symlink target", e.Path)
+		}
+	case KindFile:
+		if e.Target != "" {
+			return fmt.Errorf("entry %q: file with a target", e.Path)
+		}
+		var sum int64
+		for _, c := range e.Chunks {
+			if c.Size < 1 || c.Size > MaxChunkSize {
+				return fmt.Errorf("entry %q: chunk %s of %d bytes", e.Path, c.ID, c.Size)
+			}
+			sum += c.Size
+		}
+		if sum != e.Size {
+			return fmt.Errorf("entry %q: size %d, chunks add up to %d", e.Path, e.Size, sum)
+		}
+	default:
+		return fmt.Errorf("entry %q: unknown kind %q", e.Path, e.Kind)
+	}
+	return nil
+}

@@ -1,0 +1,205 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Source is a tree to save. The local directory ([DirSource]) is one; a
+// sandbox with ferry's agent, which chunks and hashes next to the data and
+// sends only the chunks the store lacks, is another.
+type Source interface {
+	// Scan reports the tree to sink: every entry, and through Put the
+	// contents of every chunk the entries reference that sink.Has does not
+	// confirm. prev is the snapshot the save starts from (nil if none):
+	// a file unchanged since prev may reuse prev's chunk list. Scan
+	// returns when it is done; it must not use sink after that.
+	Scan(ctx context.Context, prev *Manifest, sink Sink) error
+}
+
+// Sink receives a Source's tree during Save. Its methods are safe for
+// concurrent use.
+type Sink interface {
+	// Has reports whether the store holds chunk id, so that an entry may
+	// reference it without the Source sending it. The chunks of the
+	// snapshot the save started from are always held.
+	Has(ctx context.Context, id ID) (bool, error)
+	// Put stores data (at most MaxChunkSize bytes) as a chunk and returns
+	// its ID, the SHA-256 of data. data may be reused when Put returns.
+	Put(ctx context.Context, data []byte) (ID, error)
+	// Add records one entry of the tree. Every chunk it references must
+	// have been Put or confirmed by Has first. Entries come in any order;
+	// Save sorts and validates them before the commit.
+	Add(e Entry) error
+}
+
+// Save stores what src reports as the next snapshot of key and returns its
+// manifest. Chunks are written first, the manifest last, by exclusive
+// creation of the sequence number after the newest one that existed when
+// the save began: if another save has committed that number meanwhile, Save
+// fails with a *ConflictError (matching ErrConflict) and commits nothing.
+// The chunks it stored stay behind, unreferenced, until Prune removes them
+// after the grace period; a retry reuses them.
+func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, error) {
+	if err := ValidKey(key); err != nil {
+		return nil, err
+	}
+	seqs, err := s.sequences(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	var prev *Manifest
+	var parent int64
+	if len(seqs) > 0 {
+		parent = seqs[len(seqs)-1]
+		if prev, err = s.load(ctx, key, parent); err != nil {
+			return nil, fmt.Errorf("save %s: %w", key, err)
+		}
+	}
+	sk := &sink{s: s, confirmed: map[ID]bool{}, paths: map[string]bool{}}
+	if prev != nil {
+		for _, e := range prev.Entries {
+			for _, c := range e.Chunks {
+				sk.confirmed[c.ID] = true
+			}
+		}
+	}
+	if err := src.Scan(ctx, prev, sk); err != nil {
+		return nil, fmt.Errorf("save %s: %w", key, err)
+	}
+	m, err := sk.manifest(key, parent+1, parent)
+	if err != nil {
+		return nil, fmt.Errorf("save %s: %w", key, err)
+	}
+	m.Time = s.cfg.Now().UTC()
+	data, err := encodeManifest(m)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.b.Put(ctx, manifestName(key, m.Seq), bytes.NewReader(data), true); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, &ConflictError{Key: key, Seq: m.Seq}
+		}
+		return nil, fmt.Errorf("save %s: commit snapshot %d: %w", key, m.Seq, err)
+	}
+	return m, nil
+}
+
+// sink is Save's Sink.
+type sink struct {
+	s         *Store
+	mu        sync.Mutex
+	confirmed map[ID]bool // chunks entries may reference
+	paths     map[string]bool
+	entries   []Entry
+	newBytes  int64
+	newChunks int64
+	sealed    bool
+}
+
+var _ Sink = (*sink)(nil)
+
+func (k *sink) Has(ctx context.Context, id ID) (bool, error) {
+	k.mu.Lock()
+	ok := k.confirmed[id]
+	k.mu.Unlock()
+	if ok {
+		return true, nil
+	}
+	fresh, err := k.fresh(ctx, id)
+	if err != nil || !fresh {
+		return false, err
+	}
+	k.mu.Lock()
+	k.confirmed[id] = true
+	k.mu.Unlock()
+	return true, nil
+}
+
+// fresh reports whether chunk id exists and was written within Grace/2,
+// so that Prune will not remove it before the save commits.
+func (k *sink) fresh(ctx context.Context, id ID) (bool, error) {
+	o, err := k.s.b.Stat(ctx, chunkName(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("stat chunk %s: %w", id, err)
+	}
+	return k.s.cfg.Now().Sub(o.ModTime) < k.s.cfg.Grace/2, nil
+}
+
+func (k *sink) Put(ctx context.Context, data []byte) (ID, error) {
+	if len(data) == 0 || len(data) > MaxChunkSize {
+		return ID{}, fmt.Errorf("put chunk: %d bytes, want 1 to %d", len(data), MaxChunkSize)
+	}
+	id := Hash(data)
+	if ok, err := k.Has(ctx, id); err != nil || ok {
+		return id, err
+	}
+	if _, err := writeChunk(ctx, k.s.b, id, data, nil); err != nil {
+		return ID{}, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.confirmed[id] {
+		k.confirmed[id] = true
+		k.newBytes += int64(len(data))
+		k.newChunks++
+	}
+	return id, nil
+}
+
+func (k *sink) Add(e Entry) error {
+	e.Chunks = slices.Clone(e.Chunks)
+	if err := e.validate(); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.sealed {
+		return errors.New("add entry: the save is over")
+	}
+	if k.paths[e.Path] {
+		return fmt.Errorf("entry %q: duplicate", e.Path)
+	}
+	for _, c := range e.Chunks {
+		if !k.confirmed[c.ID] {
+			return fmt.Errorf("entry %q: chunk %s neither stored nor confirmed", e.Path, c.ID)
+		}
+	}
+	k.paths[e.Path] = true
+	k.entries = append(k.entries, e)
+	return nil
+}
+
+// manifest seals the sink and builds the manifest, validated as a reader
+// would.
+func (k *sink) manifest(key string, seq, parent int64) (*Manifest, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.sealed = true
+	m := &Manifest{Format: manifestFormat, Key: key, Seq: seq, Parent: parent, NewBytes: k.newBytes, NewChunks: k.newChunks, Entries: k.entries}
+	slices.SortFunc(m.Entries, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
+	for _, e := range m.Entries {
+		switch e.Kind {
+		case KindDir:
+			m.Dirs++
+		case KindFile:
+			m.Files++
+			m.Bytes += e.Size
+		case KindSymlink:
+			m.Symlinks++
+		}
+	}
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrManifest, err)
+	}
+	return m, nil
+}

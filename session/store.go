@@ -1,0 +1,190 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultGrace is Config.Grace's default.
+const DefaultGrace = time.Hour
+
+// Config configures a Store. It is not changed after New.
+type Config struct {
+	// Backend holds the store's objects. Required.
+	Backend Backend
+	// Grace protects new chunks from Prune: an unreferenced chunk is
+	// removed only once its last Put is older than Grace, so a Save must
+	// commit within Grace of writing its chunks. A Save also rewrites an
+	// existing chunk it reuses that is older than Grace/2 and not in the
+	// snapshot it started from, so that a concurrent Prune cannot take
+	// it. [DefaultGrace] if zero.
+	Grace time.Duration
+	// Now is the clock [time.Now if nil].
+	Now func() time.Time
+}
+
+func (c *Config) applyDefaults() {
+	if c.Grace == 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Store is a snapshot store over a Backend. It is safe for concurrent use,
+// and several Stores (processes, nodes) may share one backend: commits are
+// exclusive creations, so they never overwrite each other.
+type Store struct {
+	b   Backend
+	cfg Config
+}
+
+// New returns a Store for cfg.
+func New(cfg Config) (*Store, error) {
+	if cfg.Backend == nil {
+		return nil, errors.New("session: nil backend")
+	}
+	if cfg.Grace < 0 {
+		return nil, fmt.Errorf("session: negative grace %v", cfg.Grace)
+	}
+	cfg.applyDefaults()
+	return &Store{b: cfg.Backend, cfg: cfg}, nil
+}
+
+const maxKeyLen = 128
+
+// ValidKey reports whether key can name a session in the store: 1 to 128
+// bytes of ASCII letters, digits, '.', '_' and '-', not starting with '.'
+// or '-'. Every TaskKey is valid.
+func ValidKey(key string) error {
+	if key == "" || len(key) > maxKeyLen || key[0] == '.' || key[0] == '-' {
+		return fmt.Errorf("%w: %q", ErrInvalidKey, key)
+	}
+	for _, c := range []byte(key) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: %q", ErrInvalidKey, key)
+		}
+	}
+	return nil
+}
+
+// sequences returns the committed sequence numbers of key, ascending.
+func (s *Store) sequences(ctx context.Context, key string) ([]int64, error) {
+	var seqs []int64
+	prefix := snapshotPrefix + key + "/"
+	err := s.b.List(ctx, prefix, func(o ObjectInfo) error {
+		n, err := strconv.ParseInt(strings.TrimPrefix(o.Name, prefix), 10, 64)
+		if err == nil && n > 0 && strconv.FormatInt(n, 10) == o.Name[len(prefix):] {
+			seqs = append(seqs, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots of %s: %w", key, err)
+	}
+	slices.Sort(seqs)
+	return seqs, nil
+}
+
+// Keys returns the keys that have at least one snapshot, sorted.
+func (s *Store) Keys(ctx context.Context) ([]string, error) {
+	seen := map[string]bool{}
+	err := s.b.List(ctx, snapshotPrefix, func(o ObjectInfo) error {
+		key, _, ok := strings.Cut(strings.TrimPrefix(o.Name, snapshotPrefix), "/")
+		if ok && ValidKey(key) == nil {
+			seen[key] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
+	keys := make([]string, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys, nil
+}
+
+// Load reads and validates snapshot seq of key, or the newest if seq is 0.
+// A key without snapshots, or without that one, matches ErrNoSnapshot; a
+// damaged manifest matches ErrManifest.
+func (s *Store) Load(ctx context.Context, key string, seq int64) (*Manifest, error) {
+	if err := ValidKey(key); err != nil {
+		return nil, err
+	}
+	if seq == 0 {
+		seqs, err := s.sequences(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if len(seqs) == 0 {
+			return nil, fmt.Errorf("load snapshot of %s: %w", key, ErrNoSnapshot)
+		}
+		seq = seqs[len(seqs)-1]
+	}
+	return s.load(ctx, key, seq)
+}
+
+func (s *Store) load(ctx context.Context, key string, seq int64) (*Manifest, error) {
+	r, err := s.b.Get(ctx, manifestName(key, seq))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("load snapshot %d of %s: %w", seq, key, ErrNoSnapshot)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load snapshot %d of %s: %w", seq, key, err)
+	}
+	defer r.Close()
+	m, err := decodeManifest(r)
+	if err != nil {
+		return nil, fmt.Errorf("load snapshot %d of %s: %w", seq, key, err)
+	}
+	if m.Key != key || m.Seq != seq {
+		return nil, fmt.Errorf("load snapshot %d of %s: %w: it says it is snapshot %d of %s", seq, key, ErrManifest, m.Seq, m.Key)
+	}
+	return m, nil
+}
+
+// List returns the snapshots of key, or of every key if key is "", by key
+// and then sequence. A manifest that cannot be read is an error.
+func (s *Store) List(ctx context.Context, key string) ([]SnapshotInfo, error) {
+	keys := []string{key}
+	if key == "" {
+		var err error
+		if keys, err = s.Keys(ctx); err != nil {
+			return nil, err
+		}
+	} else if err := ValidKey(key); err != nil {
+		return nil, err
+	}
+	var out []SnapshotInfo
+	for _, k := range keys {
+		seqs, err := s.sequences(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		for _, seq := range seqs {
+			m, err := s.load(ctx, k, seq)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, m.Info())
+		}
+	}
+	return out, nil
+}
+
+// ReadChunk returns the plaintext of chunk id, checked against id, in
+// buf's storage if it is large enough (MaxChunkSize). A missing chunk
+// matches ErrChunkMissing, a damaged one ErrChunkCorrupt.
+func (s *Store) ReadChunk(ctx context.Context, id ID, buf []byte) ([]byte, error) {
+	return readChunk(ctx, s.b, id, buf)
+}
