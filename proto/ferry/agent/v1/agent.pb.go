@@ -1384,6 +1384,589 @@ func (*RemoveResponse) Descriptor() ([]byte, []int) {
 	return file_ferry_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
+type ScanRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Dir   string                 `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	// Known are files the host has chunk lists for (its last snapshot),
+	// relative to dir.
+	Known         []*KnownFile `protobuf:"bytes,2,rep,name=known,proto3" json:"known,omitempty"`
+	Params        *ChunkParams `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanRequest) Reset() {
+	*x = ScanRequest{}
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanRequest) ProtoMessage() {}
+
+func (x *ScanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
+func (*ScanRequest) Descriptor() ([]byte, []int) {
+	return file_ferry_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ScanRequest) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+func (x *ScanRequest) GetKnown() []*KnownFile {
+	if x != nil {
+		return x.Known
+	}
+	return nil
+}
+
+func (x *ScanRequest) GetParams() *ChunkParams {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+type KnownFile struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	MtimeUnixNano int64                  `protobuf:"varint,3,opt,name=mtime_unix_nano,json=mtimeUnixNano,proto3" json:"mtime_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KnownFile) Reset() {
+	*x = KnownFile{}
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KnownFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KnownFile) ProtoMessage() {}
+
+func (x *KnownFile) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KnownFile.ProtoReflect.Descriptor instead.
+func (*KnownFile) Descriptor() ([]byte, []int) {
+	return file_ferry_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *KnownFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *KnownFile) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *KnownFile) GetMtimeUnixNano() int64 {
+	if x != nil {
+		return x.MtimeUnixNano
+	}
+	return 0
+}
+
+// ChunkParams are the content-defined chunker's minimum, average and
+// maximum chunk sizes; zero values take the agent's defaults, which are
+// the host's.
+type ChunkParams struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Min           int32                  `protobuf:"varint,1,opt,name=min,proto3" json:"min,omitempty"`
+	Avg           int32                  `protobuf:"varint,2,opt,name=avg,proto3" json:"avg,omitempty"`
+	Max           int32                  `protobuf:"varint,3,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkParams) Reset() {
+	*x = ChunkParams{}
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkParams) ProtoMessage() {}
+
+func (x *ChunkParams) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkParams.ProtoReflect.Descriptor instead.
+func (*ChunkParams) Descriptor() ([]byte, []int) {
+	return file_ferry_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ChunkParams) GetMin() int32 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *ChunkParams) GetAvg() int32 {
+	if x != nil {
+		return x.Avg
+	}
+	return 0
+}
+
+func (x *ChunkParams) GetMax() int32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+type ScanResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Entries in walk order (a directory before its contents), batched.
+	Entries       []*ScanEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanResponse) Reset() {
+	*x = ScanResponse{}
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanResponse) ProtoMessage() {}
+
+func (x *ScanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
+func (*ScanResponse) Descriptor() ([]byte, []int) {
+	return file_ferry_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ScanResponse) GetEntries() []*ScanEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type ScanEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Path is relative to the scanned directory, slash-separated.
+	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Kind          Kind   `protobuf:"varint,2,opt,name=kind,proto3,enum=ferry.agent.v1.Kind" json:"kind,omitempty"`
+	Mode          uint32 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	MtimeUnixNano int64  `protobuf:"varint,4,opt,name=mtime_unix_nano,json=mtimeUnixNano,proto3" json:"mtime_unix_nano,omitempty"`
+	Size          int64  `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	// Target is a symlink's target.
+	Target string `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
+	// Unchanged: size and mtime match a known file; chunks are not sent.
+	Unchanged     bool         `protobuf:"varint,7,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	Chunks        []*ChunkInfo `protobuf:"bytes,8,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanEntry) Reset() {
+	*x = ScanEntry{}
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanEntry) ProtoMessage() {}
+
+func (x *ScanEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanEntry.ProtoReflect.Descriptor instead.
+func (*ScanEntry) Descriptor() ([]byte, []int) {
+	return file_ferry_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ScanEntry) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ScanEntry) GetKind() Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Kind_KIND_MISSING
+}
+
+func (x *ScanEntry) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *ScanEntry) GetMtimeUnixNano() int64 {
+	if x != nil {
+		return x.MtimeUnixNano
+	}
+	return 0
+}
+
+func (x *ScanEntry) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ScanEntry) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *ScanEntry) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
+}
+
+func (x *ScanEntry) GetChunks() []*ChunkInfo {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+type ChunkInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Offset        int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Size          int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkInfo) Reset() {
+	*x = ChunkInfo{}
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkInfo) ProtoMessage() {}
+
+func (x *ChunkInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkInfo.ProtoReflect.Descriptor instead.
+func (*ChunkInfo) Descriptor() ([]byte, []int) {
+	return file_ferry_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ChunkInfo) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *ChunkInfo) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ChunkInfo) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type ReadChunksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dir           string                 `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	Reads         []*ChunkRead           `protobuf:"bytes,2,rep,name=reads,proto3" json:"reads,omitempty"`
+	Compression   Compression            `protobuf:"varint,3,opt,name=compression,proto3,enum=ferry.agent.v1.Compression" json:"compression,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadChunksRequest) Reset() {
+	*x = ReadChunksRequest{}
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadChunksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadChunksRequest) ProtoMessage() {}
+
+func (x *ReadChunksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadChunksRequest.ProtoReflect.Descriptor instead.
+func (*ReadChunksRequest) Descriptor() ([]byte, []int) {
+	return file_ferry_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ReadChunksRequest) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+func (x *ReadChunksRequest) GetReads() []*ChunkRead {
+	if x != nil {
+		return x.Reads
+	}
+	return nil
+}
+
+func (x *ReadChunksRequest) GetCompression() Compression {
+	if x != nil {
+		return x.Compression
+	}
+	return Compression_COMPRESSION_AUTO
+}
+
+type ChunkRead struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Offset        int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Size          int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Id            []byte                 `protobuf:"bytes,4,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkRead) Reset() {
+	*x = ChunkRead{}
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkRead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkRead) ProtoMessage() {}
+
+func (x *ChunkRead) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkRead.ProtoReflect.Descriptor instead.
+func (*ChunkRead) Descriptor() ([]byte, []int) {
+	return file_ferry_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ChunkRead) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ChunkRead) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ChunkRead) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ChunkRead) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+type ReadChunksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Index is the position in ReadChunksRequest.reads.
+	Index uint32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Data  []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// Zstd: data is one zstd frame of the chunk.
+	Zstd          bool `protobuf:"varint,3,opt,name=zstd,proto3" json:"zstd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadChunksResponse) Reset() {
+	*x = ReadChunksResponse{}
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadChunksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadChunksResponse) ProtoMessage() {}
+
+func (x *ReadChunksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadChunksResponse.ProtoReflect.Descriptor instead.
+func (*ReadChunksResponse) Descriptor() ([]byte, []int) {
+	return file_ferry_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ReadChunksResponse) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ReadChunksResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ReadChunksResponse) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
+}
+
 var File_ferry_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_ferry_agent_v1_agent_proto_rawDesc = "" +
@@ -1469,7 +2052,47 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\x04data\x18\x03 \x01(\fR\x04data\"%\n" +
 	"\rRemoveRequest\x12\x14\n" +
 	"\x05paths\x18\x01 \x03(\tR\x05paths\"\x10\n" +
-	"\x0eRemoveResponse*W\n" +
+	"\x0eRemoveResponse\"\x85\x01\n" +
+	"\vScanRequest\x12\x10\n" +
+	"\x03dir\x18\x01 \x01(\tR\x03dir\x12/\n" +
+	"\x05known\x18\x02 \x03(\v2\x19.ferry.agent.v1.KnownFileR\x05known\x123\n" +
+	"\x06params\x18\x03 \x01(\v2\x1b.ferry.agent.v1.ChunkParamsR\x06params\"[\n" +
+	"\tKnownFile\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12&\n" +
+	"\x0fmtime_unix_nano\x18\x03 \x01(\x03R\rmtimeUnixNano\"C\n" +
+	"\vChunkParams\x12\x10\n" +
+	"\x03min\x18\x01 \x01(\x05R\x03min\x12\x10\n" +
+	"\x03avg\x18\x02 \x01(\x05R\x03avg\x12\x10\n" +
+	"\x03max\x18\x03 \x01(\x05R\x03max\"C\n" +
+	"\fScanResponse\x123\n" +
+	"\aentries\x18\x01 \x03(\v2\x19.ferry.agent.v1.ScanEntryR\aentries\"\x82\x02\n" +
+	"\tScanEntry\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12(\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x14.ferry.agent.v1.KindR\x04kind\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\x12&\n" +
+	"\x0fmtime_unix_nano\x18\x04 \x01(\x03R\rmtimeUnixNano\x12\x12\n" +
+	"\x04size\x18\x05 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06target\x18\x06 \x01(\tR\x06target\x12\x1c\n" +
+	"\tunchanged\x18\a \x01(\bR\tunchanged\x121\n" +
+	"\x06chunks\x18\b \x03(\v2\x19.ferry.agent.v1.ChunkInfoR\x06chunks\"G\n" +
+	"\tChunkInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\fR\x02id\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\"\x95\x01\n" +
+	"\x11ReadChunksRequest\x12\x10\n" +
+	"\x03dir\x18\x01 \x01(\tR\x03dir\x12/\n" +
+	"\x05reads\x18\x02 \x03(\v2\x19.ferry.agent.v1.ChunkReadR\x05reads\x12=\n" +
+	"\vcompression\x18\x03 \x01(\x0e2\x1b.ferry.agent.v1.CompressionR\vcompression\"[\n" +
+	"\tChunkRead\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x0e\n" +
+	"\x02id\x18\x04 \x01(\fR\x02id\"R\n" +
+	"\x12ReadChunksResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x12\n" +
+	"\x04zstd\x18\x03 \x01(\bR\x04zstd*W\n" +
 	"\x04Kind\x12\x10\n" +
 	"\fKIND_MISSING\x10\x00\x12\f\n" +
 	"\bKIND_DIR\x10\x01\x12\r\n" +
@@ -1485,14 +2108,17 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\vCompression\x12\x14\n" +
 	"\x10COMPRESSION_AUTO\x10\x00\x12\x14\n" +
 	"\x10COMPRESSION_ZSTD\x10\x01\x12\x14\n" +
-	"\x10COMPRESSION_NONE\x10\x022\xa8\x03\n" +
+	"\x10COMPRESSION_NONE\x10\x022\xc4\x04\n" +
 	"\x05Agent\x12D\n" +
 	"\x05Probe\x12\x1c.ferry.agent.v1.ProbeRequest\x1a\x1d.ferry.agent.v1.ProbeResponse\x12A\n" +
 	"\x04Stat\x12\x1b.ferry.agent.v1.StatRequest\x1a\x1c.ferry.agent.v1.StatResponse\x12@\n" +
 	"\x03Put\x12\x1a.ferry.agent.v1.PutRequest\x1a\x1b.ferry.agent.v1.PutResponse(\x01\x12@\n" +
 	"\x03Get\x12\x1a.ferry.agent.v1.GetRequest\x1a\x1b.ferry.agent.v1.GetResponse0\x01\x12I\n" +
 	"\x06Follow\x12\x1d.ferry.agent.v1.FollowRequest\x1a\x1e.ferry.agent.v1.FollowResponse0\x01\x12G\n" +
-	"\x06Remove\x12\x1d.ferry.agent.v1.RemoveRequest\x1a\x1e.ferry.agent.v1.RemoveResponseB9Z7github.com/ferry-dev/ferry/proto/ferry/agent/v1;agentv1b\x06proto3"
+	"\x06Remove\x12\x1d.ferry.agent.v1.RemoveRequest\x1a\x1e.ferry.agent.v1.RemoveResponse\x12C\n" +
+	"\x04Scan\x12\x1b.ferry.agent.v1.ScanRequest\x1a\x1c.ferry.agent.v1.ScanResponse0\x01\x12U\n" +
+	"\n" +
+	"ReadChunks\x12!.ferry.agent.v1.ReadChunksRequest\x1a\".ferry.agent.v1.ReadChunksResponse0\x01B9Z7github.com/ferry-dev/ferry/proto/ferry/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_ferry_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -1507,30 +2133,39 @@ func file_ferry_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ferry_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_ferry_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_ferry_agent_v1_agent_proto_goTypes = []any{
-	(Kind)(0),              // 0: ferry.agent.v1.Kind
-	(Placement)(0),         // 1: ferry.agent.v1.Placement
-	(Compression)(0),       // 2: ferry.agent.v1.Compression
-	(*ProbeRequest)(nil),   // 3: ferry.agent.v1.ProbeRequest
-	(*ProbeResponse)(nil),  // 4: ferry.agent.v1.ProbeResponse
-	(*StatRequest)(nil),    // 5: ferry.agent.v1.StatRequest
-	(*StatResponse)(nil),   // 6: ferry.agent.v1.StatResponse
-	(*Entry)(nil),          // 7: ferry.agent.v1.Entry
-	(*Limits)(nil),         // 8: ferry.agent.v1.Limits
-	(*PutRequest)(nil),     // 9: ferry.agent.v1.PutRequest
-	(*PutHeader)(nil),      // 10: ferry.agent.v1.PutHeader
-	(*Trailer)(nil),        // 11: ferry.agent.v1.Trailer
-	(*FileDigest)(nil),     // 12: ferry.agent.v1.FileDigest
-	(*Stats)(nil),          // 13: ferry.agent.v1.Stats
-	(*PutResponse)(nil),    // 14: ferry.agent.v1.PutResponse
-	(*GetRequest)(nil),     // 15: ferry.agent.v1.GetRequest
-	(*GetResponse)(nil),    // 16: ferry.agent.v1.GetResponse
-	(*FollowRequest)(nil),  // 17: ferry.agent.v1.FollowRequest
-	(*FollowFile)(nil),     // 18: ferry.agent.v1.FollowFile
-	(*FollowResponse)(nil), // 19: ferry.agent.v1.FollowResponse
-	(*RemoveRequest)(nil),  // 20: ferry.agent.v1.RemoveRequest
-	(*RemoveResponse)(nil), // 21: ferry.agent.v1.RemoveResponse
+	(Kind)(0),                  // 0: ferry.agent.v1.Kind
+	(Placement)(0),             // 1: ferry.agent.v1.Placement
+	(Compression)(0),           // 2: ferry.agent.v1.Compression
+	(*ProbeRequest)(nil),       // 3: ferry.agent.v1.ProbeRequest
+	(*ProbeResponse)(nil),      // 4: ferry.agent.v1.ProbeResponse
+	(*StatRequest)(nil),        // 5: ferry.agent.v1.StatRequest
+	(*StatResponse)(nil),       // 6: ferry.agent.v1.StatResponse
+	(*Entry)(nil),              // 7: ferry.agent.v1.Entry
+	(*Limits)(nil),             // 8: ferry.agent.v1.Limits
+	(*PutRequest)(nil),         // 9: ferry.agent.v1.PutRequest
+	(*PutHeader)(nil),          // 10: ferry.agent.v1.PutHeader
+	(*Trailer)(nil),            // 11: ferry.agent.v1.Trailer
+	(*FileDigest)(nil),         // 12: ferry.agent.v1.FileDigest
+	(*Stats)(nil),              // 13: ferry.agent.v1.Stats
+	(*PutResponse)(nil),        // 14: ferry.agent.v1.PutResponse
+	(*GetRequest)(nil),         // 15: ferry.agent.v1.GetRequest
+	(*GetResponse)(nil),        // 16: ferry.agent.v1.GetResponse
+	(*FollowRequest)(nil),      // 17: ferry.agent.v1.FollowRequest
+	(*FollowFile)(nil),         // 18: ferry.agent.v1.FollowFile
+	(*FollowResponse)(nil),     // 19: ferry.agent.v1.FollowResponse
+	(*RemoveRequest)(nil),      // 20: ferry.agent.v1.RemoveRequest
+	(*RemoveResponse)(nil),     // 21: ferry.agent.v1.RemoveResponse
+	(*ScanRequest)(nil),        // 22: ferry.agent.v1.ScanRequest
+	(*KnownFile)(nil),          // 23: ferry.agent.v1.KnownFile
+	(*ChunkParams)(nil),        // 24: ferry.agent.v1.ChunkParams
+	(*ScanResponse)(nil),       // 25: ferry.agent.v1.ScanResponse
+	(*ScanEntry)(nil),          // 26: ferry.agent.v1.ScanEntry
+	(*ChunkInfo)(nil),          // 27: ferry.agent.v1.ChunkInfo
+	(*ReadChunksRequest)(nil),  // 28: ferry.agent.v1.ReadChunksRequest
+	(*ChunkRead)(nil),          // 29: ferry.agent.v1.ChunkRead
+	(*ReadChunksResponse)(nil), // 30: ferry.agent.v1.ReadChunksResponse
 }
 var file_ferry_agent_v1_agent_proto_depIdxs = []int32{
 	7,  // 0: ferry.agent.v1.StatResponse.entries:type_name -> ferry.agent.v1.Entry
@@ -1544,23 +2179,34 @@ var file_ferry_agent_v1_agent_proto_depIdxs = []int32{
 	2,  // 8: ferry.agent.v1.GetRequest.compression:type_name -> ferry.agent.v1.Compression
 	11, // 9: ferry.agent.v1.GetResponse.trailer:type_name -> ferry.agent.v1.Trailer
 	18, // 10: ferry.agent.v1.FollowRequest.files:type_name -> ferry.agent.v1.FollowFile
-	3,  // 11: ferry.agent.v1.Agent.Probe:input_type -> ferry.agent.v1.ProbeRequest
-	5,  // 12: ferry.agent.v1.Agent.Stat:input_type -> ferry.agent.v1.StatRequest
-	9,  // 13: ferry.agent.v1.Agent.Put:input_type -> ferry.agent.v1.PutRequest
-	15, // 14: ferry.agent.v1.Agent.Get:input_type -> ferry.agent.v1.GetRequest
-	17, // 15: ferry.agent.v1.Agent.Follow:input_type -> ferry.agent.v1.FollowRequest
-	20, // 16: ferry.agent.v1.Agent.Remove:input_type -> ferry.agent.v1.RemoveRequest
-	4,  // 17: ferry.agent.v1.Agent.Probe:output_type -> ferry.agent.v1.ProbeResponse
-	6,  // 18: ferry.agent.v1.Agent.Stat:output_type -> ferry.agent.v1.StatResponse
-	14, // 19: ferry.agent.v1.Agent.Put:output_type -> ferry.agent.v1.PutResponse
-	16, // 20: ferry.agent.v1.Agent.Get:output_type -> ferry.agent.v1.GetResponse
-	19, // 21: ferry.agent.v1.Agent.Follow:output_type -> ferry.agent.v1.FollowResponse
-	21, // 22: ferry.agent.v1.Agent.Remove:output_type -> ferry.agent.v1.RemoveResponse
-	17, // [17:23] is the sub-list for method output_type
-	11, // [11:17] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	23, // 11: ferry.agent.v1.ScanRequest.known:type_name -> ferry.agent.v1.KnownFile
+	24, // 12: ferry.agent.v1.ScanRequest.params:type_name -> ferry.agent.v1.ChunkParams
+	26, // 13: ferry.agent.v1.ScanResponse.entries:type_name -> ferry.agent.v1.ScanEntry
+	0,  // 14: ferry.agent.v1.ScanEntry.kind:type_name -> ferry.agent.v1.Kind
+	27, // 15: ferry.agent.v1.ScanEntry.chunks:type_name -> ferry.agent.v1.ChunkInfo
+	29, // 16: ferry.agent.v1.ReadChunksRequest.reads:type_name -> ferry.agent.v1.ChunkRead
+	2,  // 17: ferry.agent.v1.ReadChunksRequest.compression:type_name -> ferry.agent.v1.Compression
+	3,  // 18: ferry.agent.v1.Agent.Probe:input_type -> ferry.agent.v1.ProbeRequest
+	5,  // 19: ferry.agent.v1.Agent.Stat:input_type -> ferry.agent.v1.StatRequest
+	9,  // 20: ferry.agent.v1.Agent.Put:input_type -> ferry.agent.v1.PutRequest
+	15, // 21: ferry.agent.v1.Agent.Get:input_type -> ferry.agent.v1.GetRequest
+	17, // 22: ferry.agent.v1.Agent.Follow:input_type -> ferry.agent.v1.FollowRequest
+	20, // 23: ferry.agent.v1.Agent.Remove:input_type -> ferry.agent.v1.RemoveRequest
+	22, // 24: ferry.agent.v1.Agent.Scan:input_type -> ferry.agent.v1.ScanRequest
+	28, // 25: ferry.agent.v1.Agent.ReadChunks:input_type -> ferry.agent.v1.ReadChunksRequest
+	4,  // 26: ferry.agent.v1.Agent.Probe:output_type -> ferry.agent.v1.ProbeResponse
+	6,  // 27: ferry.agent.v1.Agent.Stat:output_type -> ferry.agent.v1.StatResponse
+	14, // 28: ferry.agent.v1.Agent.Put:output_type -> ferry.agent.v1.PutResponse
+	16, // 29: ferry.agent.v1.Agent.Get:output_type -> ferry.agent.v1.GetResponse
+	19, // 30: ferry.agent.v1.Agent.Follow:output_type -> ferry.agent.v1.FollowResponse
+	21, // 31: ferry.agent.v1.Agent.Remove:output_type -> ferry.agent.v1.RemoveResponse
+	25, // 32: ferry.agent.v1.Agent.Scan:output_type -> ferry.agent.v1.ScanResponse
+	30, // 33: ferry.agent.v1.Agent.ReadChunks:output_type -> ferry.agent.v1.ReadChunksResponse
+	26, // [26:34] is the sub-list for method output_type
+	18, // [18:26] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_ferry_agent_v1_agent_proto_init() }
@@ -1583,7 +2229,7 @@ func file_ferry_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_agent_v1_agent_proto_rawDesc), len(file_ferry_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   19,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

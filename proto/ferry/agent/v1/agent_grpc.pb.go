@@ -30,12 +30,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Agent_Probe_FullMethodName  = "/ferry.agent.v1.Agent/Probe"
-	Agent_Stat_FullMethodName   = "/ferry.agent.v1.Agent/Stat"
-	Agent_Put_FullMethodName    = "/ferry.agent.v1.Agent/Put"
-	Agent_Get_FullMethodName    = "/ferry.agent.v1.Agent/Get"
-	Agent_Follow_FullMethodName = "/ferry.agent.v1.Agent/Follow"
-	Agent_Remove_FullMethodName = "/ferry.agent.v1.Agent/Remove"
+	Agent_Probe_FullMethodName      = "/ferry.agent.v1.Agent/Probe"
+	Agent_Stat_FullMethodName       = "/ferry.agent.v1.Agent/Stat"
+	Agent_Put_FullMethodName        = "/ferry.agent.v1.Agent/Put"
+	Agent_Get_FullMethodName        = "/ferry.agent.v1.Agent/Get"
+	Agent_Follow_FullMethodName     = "/ferry.agent.v1.Agent/Follow"
+	Agent_Remove_FullMethodName     = "/ferry.agent.v1.Agent/Remove"
+	Agent_Scan_FullMethodName       = "/ferry.agent.v1.Agent/Scan"
+	Agent_ReadChunks_FullMethodName = "/ferry.agent.v1.Agent/ReadChunks"
 )
 
 // AgentClient is the client API for Agent service.
@@ -59,6 +61,16 @@ type AgentClient interface {
 	// Remove deletes paths, directories with their contents; a missing path
 	// is not an error.
 	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*RemoveResponse, error)
+	// Scan walks a directory for a session save: every entry with its
+	// metadata and, for a regular file, its content-defined chunks (offset,
+	// size, SHA-256 of the plaintext), computed next to the data. A file
+	// whose size and mtime match one the host already knows is reported
+	// unchanged and not read.
+	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ScanResponse], error)
+	// ReadChunks sends the bytes of chunks a Scan reported, in request
+	// order, each checked against its digest first: a file that changed
+	// since the Scan fails the call.
+	ReadChunks(ctx context.Context, in *ReadChunksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadChunksResponse], error)
 }
 
 type agentClient struct {
@@ -150,6 +162,44 @@ func (c *agentClient) Remove(ctx context.Context, in *RemoveRequest, opts ...grp
 	return out, nil
 }
 
+func (c *agentClient) Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ScanResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Agent_ServiceDesc.Streams[3], Agent_Scan_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ScanRequest, ScanResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Agent_ScanClient = grpc.ServerStreamingClient[ScanResponse]
+
+func (c *agentClient) ReadChunks(ctx context.Context, in *ReadChunksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadChunksResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Agent_ServiceDesc.Streams[4], Agent_ReadChunks_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadChunksRequest, ReadChunksResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Agent_ReadChunksClient = grpc.ServerStreamingClient[ReadChunksResponse]
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -171,6 +221,16 @@ type AgentServer interface {
 	// Remove deletes paths, directories with their contents; a missing path
 	// is not an error.
 	Remove(context.Context, *RemoveRequest) (*RemoveResponse, error)
+	// Scan walks a directory for a session save: every entry with its
+	// metadata and, for a regular file, its content-defined chunks (offset,
+	// size, SHA-256 of the plaintext), computed next to the data. A file
+	// whose size and mtime match one the host already knows is reported
+	// unchanged and not read.
+	Scan(*ScanRequest, grpc.ServerStreamingServer[ScanResponse]) error
+	// ReadChunks sends the bytes of chunks a Scan reported, in request
+	// order, each checked against its digest first: a file that changed
+	// since the Scan fails the call.
+	ReadChunks(*ReadChunksRequest, grpc.ServerStreamingServer[ReadChunksResponse]) error
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -198,6 +258,12 @@ func (UnimplementedAgentServer) Follow(*FollowRequest, grpc.ServerStreamingServe
 }
 func (UnimplementedAgentServer) Remove(context.Context, *RemoveRequest) (*RemoveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Remove not implemented")
+}
+func (UnimplementedAgentServer) Scan(*ScanRequest, grpc.ServerStreamingServer[ScanResponse]) error {
+	return status.Error(codes.Unimplemented, "method Scan not implemented")
+}
+func (UnimplementedAgentServer) ReadChunks(*ReadChunksRequest, grpc.ServerStreamingServer[ReadChunksResponse]) error {
+	return status.Error(codes.Unimplemented, "method ReadChunks not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -303,6 +369,28 @@ func _Agent_Remove_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Agent_Scan_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ScanRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AgentServer).Scan(m, &grpc.GenericServerStream[ScanRequest, ScanResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Agent_ScanServer = grpc.ServerStreamingServer[ScanResponse]
+
+func _Agent_ReadChunks_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadChunksRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AgentServer).ReadChunks(m, &grpc.GenericServerStream[ReadChunksRequest, ReadChunksResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Agent_ReadChunksServer = grpc.ServerStreamingServer[ReadChunksResponse]
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -337,6 +425,16 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Follow",
 			Handler:       _Agent_Follow_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Scan",
+			Handler:       _Agent_Scan_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ReadChunks",
+			Handler:       _Agent_ReadChunks_Handler,
 			ServerStreams: true,
 		},
 	},
