@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/ferry-dev/ferry/session/cdc"
+	"github.com/ferry-dev/ferry/transfer/cdc"
 )
 
 // DirSource is a Source that reads a local directory tree, chunking and

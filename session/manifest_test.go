@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-dev/ferry/session/cdc"
+	"github.com/ferry-dev/ferry/transfer/cdc"
 )
 
 func validManifest() *Manifest {
