@@ -7,7 +7,7 @@
 // Glossary:
 //
 //   - chunk: a piece of a file's content cut by content-defined chunking
-//     (package session/cdc, FastCDC, 8 to 128 KiB, 32 KiB on average),
+//     (package transfer/cdc, FastCDC, 8 to 128 KiB, 32 KiB on average),
 //     stored zstd-compressed under the SHA-256 of its plaintext, its [ID]:
 //     "chunks/<2 hex>/<64 hex>". Reading a chunk always re-hashes it.
 //   - manifest: zstd-compressed JSON describing one snapshot: every
@@ -37,7 +37,7 @@
 //
 // # Choice of chunker
 //
-// Measured with BenchmarkChunkers in session/cdc (2-core AMD EPYC,
+// Measured with BenchmarkChunkers in transfer/cdc (2-core AMD EPYC,
 // Go 1.26), on issue 5's workload: 40 JSONL transcripts, 128 MiB in all,
 // then 1% appended to 4 of them. Throughput is cutting plus SHA-256 of
 // every chunk; new/appended is the plaintext of chunks not seen before the
