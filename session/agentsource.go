@@ -1,0 +1,245 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/cdc"
+	"github.com/ferry-dev/ferry/transfer/frame"
+)
+
+// Bounds of one ReadChunks call of an AgentSource: the plaintext it asks
+// for, the reads, and the request's paths. The entries waiting for those
+// chunks are held until the call ends.
+const (
+	maxFetchBytes = 64 << 20
+	maxFetchReads = 4096
+	maxFetchPaths = 16 << 20
+)
+
+// ErrAgent matches a save that failed because ferry's agent answered
+// something no honest agent sends: an unsafe or duplicate path, an unknown
+// kind, a chunk list that does not add up, a file reported unchanged that
+// the host did not know. The error names the entry.
+var ErrAgent = errors.New("session: invalid answer from the agent")
+
+// AgentSource is a Source in a sandbox, read through ferry's agent: the
+// agent walks Dir, cuts files into chunks with cdc.Default and hashes them
+// next to the data; the host asks the store which chunks it lacks and
+// fetches only those, each re-hashed on arrival. The tree and its entries
+// are those DirSource gives for the same directory (same chunker, same
+// modes, mtimes and symlink targets), so the two save identical manifests.
+//
+// The agent is not trusted: every entry is checked (clean relative path,
+// no duplicates, known kind, chunks contiguous from offset 0, each of 1 to
+// MaxChunkSize bytes, adding up to the size) before anything is fetched,
+// and every fetched chunk must hash to its ID. Any violation fails the
+// save, which then commits nothing; the error matches ErrAgent, or
+// transfer.ErrDigest for a chunk's bytes.
+//
+// A file written to between the scan and the fetch of its chunks fails the
+// save with an error matching agent.ErrChanged; a retry scans again.
+//
+// An AgentSource is used by one Save at a time; its counters are read
+// after Save returns.
+type AgentSource struct {
+	Client *agent.Client
+	// Dir is the directory in the sandbox; a relative path starts at the
+	// workspace.
+	Dir string
+	// ReuseUnchanged is DirSource's: a regular file whose size and mtime
+	// equal its entry in the previous snapshot is not read, and takes that
+	// entry's chunk list.
+	ReuseUnchanged bool
+	// Compress is how chunks travel (frame.Auto: zstd where it saves at
+	// least 3%).
+	Compress frame.Mode
+
+	// WireBytes counts the chunk payload that crossed the channel,
+	// FetchedBytes its plaintext, FetchedChunks the chunks.
+	WireBytes, FetchedBytes, FetchedChunks int64
+}
+
+var _ Source = (*AgentSource)(nil)
+
+// Scan implements Source.
+func (a *AgentSource) Scan(ctx context.Context, prev *Manifest, sink Sink) error {
+	if a.Client == nil {
+		return errors.New("agent source: nil client")
+	}
+	old := map[string]*Entry{}
+	var known []*agentv1.KnownFile
+	if prev != nil && a.ReuseUnchanged {
+		for i := range prev.Entries {
+			e := &prev.Entries[i]
+			if e.Kind == KindFile {
+				old[e.Path] = e
+				known = append(known, &agentv1.KnownFile{Path: e.Path, Size: e.Size, MtimeUnixNano: e.MTime})
+			}
+		}
+	}
+	f := &fetcher{a: a, sink: sink, want: map[ID]bool{}}
+	seen := map[string]bool{}
+	err := a.Client.Scan(ctx, a.Dir, known, cdc.Default, func(se *agentv1.ScanEntry) error {
+		e, chunks, err := a.entry(se, old, seen)
+		if err != nil {
+			return fmt.Errorf("scan %s: %w", a.Dir, err)
+		}
+		return f.add(ctx, e, chunks)
+	})
+	if err == nil {
+		err = f.flush(ctx)
+	}
+	return err
+}
+
+// entry checks one entry from the agent and builds the manifest's Entry
+// from it, as DirSource would. chunks are the reads of its chunks, which
+// the sink may still lack.
+func (a *AgentSource) entry(se *agentv1.ScanEntry, old map[string]*Entry, seen map[string]bool) (Entry, []*agentv1.ChunkInfo, error) {
+	p := se.GetPath()
+	bad := func(format string, args ...any) (Entry, []*agentv1.ChunkInfo, error) {
+		return Entry{}, nil, fmt.Errorf("%w: entry %q: %s", ErrAgent, p, fmt.Sprintf(format, args...))
+	}
+	if len(p) > maxPathLen || !fs.ValidPath(p) || p == "." || strings.ContainsRune(p, 0) {
+		return bad("unsafe path")
+	}
+	if seen[p] {
+		return bad("duplicate")
+	}
+	if len(seen) >= maxEntries {
+		return bad("over %d entries", maxEntries)
+	}
+	seen[p] = true
+	if se.GetMode()&^0o7777 != 0 {
+		return bad("mode %o", se.GetMode())
+	}
+	e := Entry{Path: p, Mode: fs.FileMode(se.GetMode() & 0o777), MTime: se.GetMtimeUnixNano()}
+	if se.GetKind() != agentv1.Kind_KIND_FILE && (se.GetSize() != 0 || se.GetUnchanged() || len(se.GetChunks()) != 0) {
+		return bad("%v with size, chunks or unchanged", se.GetKind())
+	}
+	if se.GetKind() != agentv1.Kind_KIND_SYMLINK && se.GetTarget() != "" {
+		return bad("%v with a target", se.GetKind())
+	}
+	switch se.GetKind() {
+	case agentv1.Kind_KIND_DIR:
+		e.Kind = KindDir
+	case agentv1.Kind_KIND_SYMLINK:
+		e.Kind = KindSymlink
+		e.Target = se.GetTarget()
+		if e.Target == "" || len(e.Target) > maxTargetLen || strings.ContainsRune(e.Target, 0) {
+			return bad("bad symlink target")
+		}
+	case agentv1.Kind_KIND_FILE:
+		e.Kind = KindFile
+		e.Size = se.GetSize()
+		if se.GetUnchanged() {
+			o := old[p]
+			if o == nil || len(se.GetChunks()) != 0 || o.Size != e.Size || o.MTime != e.MTime {
+				return bad("unchanged, but not as the host knows it")
+			}
+			e.Chunks = o.Chunks
+			return e, nil, nil
+		}
+		var off int64
+		if len(se.GetChunks()) > 0 {
+			e.Chunks = make([]ChunkRef, len(se.GetChunks()))
+		}
+		for i, c := range se.GetChunks() {
+			if c.GetOffset() != off || c.GetSize() < 1 || c.GetSize() > MaxChunkSize || len(c.GetId()) != len(ID{}) {
+				return bad("chunk %d: offset %d, size %d, id of %d bytes, want offset %d", i, c.GetOffset(), c.GetSize(), len(c.GetId()), off)
+			}
+			e.Chunks[i] = ChunkRef{ID: ID(c.GetId()), Size: c.GetSize()}
+			off += c.GetSize()
+		}
+		if off != e.Size {
+			return bad("size %d, chunks add up to %d", e.Size, off)
+		}
+		return e, se.GetChunks(), nil
+	default:
+		return bad("kind %v", se.GetKind())
+	}
+	return e, nil, nil
+}
+
+// fetcher collects the chunks the sink lacks and the entries that wait for
+// them, and fetches them in bounded batches.
+type fetcher struct {
+	a       *AgentSource
+	sink    Sink
+	reads   []*agentv1.ChunkRead
+	bytes   int64
+	paths   int
+	want    map[ID]bool // in reads
+	waiting []Entry
+}
+
+// add records e, now if the sink holds all its chunks, else after the
+// batch that fetches them.
+func (f *fetcher) add(ctx context.Context, e Entry, chunks []*agentv1.ChunkInfo) error {
+	wait := false
+	for i, c := range chunks {
+		id := e.Chunks[i].ID
+		if f.want[id] {
+			wait = true
+			continue
+		}
+		ok, err := f.sink.Has(ctx, id)
+		if err != nil {
+			return err
+		}
+		if ok {
+			continue
+		}
+		if len(f.reads) == maxFetchReads || f.bytes+c.GetSize() > maxFetchBytes || f.paths+len(e.Path) > maxFetchPaths {
+			if err := f.flush(ctx); err != nil {
+				return err
+			}
+		}
+		wait = true
+		f.want[id] = true
+		f.reads = append(f.reads, &agentv1.ChunkRead{Path: e.Path, Offset: c.GetOffset(), Size: c.GetSize(), Id: c.GetId()})
+		f.bytes += c.GetSize()
+		f.paths += len(e.Path)
+	}
+	if wait {
+		f.waiting = append(f.waiting, e)
+		return nil
+	}
+	return f.sink.Add(e)
+}
+
+// flush fetches the batch, stores its chunks and records the entries that
+// waited for them.
+func (f *fetcher) flush(ctx context.Context) error {
+	reads := f.reads
+	wire, err := f.a.Client.ReadChunks(ctx, f.a.Dir, reads, f.a.Compress, func(i int, data []byte) error {
+		id, err := f.sink.Put(ctx, data)
+		if err != nil {
+			return err
+		}
+		if want := ID(reads[i].GetId()); id != want {
+			return fmt.Errorf("store chunk of %s: stored as %s, want %s", reads[i].GetPath(), id, want)
+		}
+		f.a.FetchedBytes += int64(len(data))
+		f.a.FetchedChunks++
+		return nil
+	})
+	f.a.WireBytes += wire
+	if err != nil {
+		return fmt.Errorf("scan %s: %w", f.a.Dir, err)
+	}
+	for _, e := range f.waiting {
+		if err := f.sink.Add(e); err != nil {
+			return err
+		}
+	}
+	f.reads, f.bytes, f.paths, f.waiting = f.reads[:0], 0, 0, f.waiting[:0]
+	clear(f.want)
+	return nil
+}

@@ -1,0 +1,179 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/cdc"
+	"github.com/ferry-dev/ferry/transfer/transfertest"
+)
+
+func scanAll(t *testing.T, c *agent.Client, dir string, known []*agentv1.KnownFile) []*agentv1.ScanEntry {
+	t.Helper()
+	var got []*agentv1.ScanEntry
+	if err := c.Scan(context.Background(), dir, known, cdc.Default, func(e *agentv1.ScanEntry) error {
+		got = append(got, e)
+		return nil
+	}); err != nil {
+		t.Fatalf("scan %s: %v", dir, err)
+	}
+	return got
+}
+
+// TestScan holds Scan to a walk of the same tree on the host: the same
+// paths in walk order, kinds, modes, mtimes, targets, and chunks that are
+// contiguous, add up to the file and hash to their ids.
+func TestScan(t *testing.T) {
+	c, ws := inProcess(t)
+	dir := filepath.Join(ws, "tree")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	transfertest.RandomTree(t, dir, 7, transfertest.TreeOptions{BigFiles: 1, BigFileSize: 1 << 20})
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := scanAll(t, c, "tree", nil)
+
+	i := 0
+	err := filepath.WalkDir(dir, func(p string, de fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeNamedPipe != 0 {
+			return nil // skipped
+		}
+		if i == len(got) {
+			t.Fatalf("scan ended before %s", rel)
+		}
+		e := got[i]
+		i++
+		if e.GetPath() != filepath.ToSlash(rel) || e.GetMtimeUnixNano() != fi.ModTime().UnixNano() || fs.FileMode(e.GetMode()) != fi.Mode().Perm() || e.GetUnchanged() {
+			t.Fatalf("entry %d: %+v, want %s with %v %v", i, e, rel, fi.Mode(), fi.ModTime())
+		}
+		switch {
+		case fi.IsDir():
+			if e.GetKind() != agentv1.Kind_KIND_DIR {
+				t.Fatalf("%s: kind %v", rel, e.GetKind())
+			}
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			if e.GetKind() != agentv1.Kind_KIND_SYMLINK || e.GetTarget() != target {
+				t.Fatalf("%s: %v -> %q, want -> %q", rel, e.GetKind(), e.GetTarget(), target)
+			}
+		default:
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			if e.GetKind() != agentv1.Kind_KIND_FILE || e.GetSize() != int64(len(data)) {
+				t.Fatalf("%s: %v of %d bytes, want %d", rel, e.GetKind(), e.GetSize(), len(data))
+			}
+			var off int64
+			for _, ch := range e.GetChunks() {
+				sum := sha256.Sum256(data[off : off+ch.GetSize()])
+				if ch.GetOffset() != off || ch.GetSize() > int64(cdc.Default.Max) || !bytes.Equal(sum[:], ch.GetId()) {
+					t.Fatalf("%s: chunk %+v at %d", rel, ch, off)
+				}
+				off += ch.GetSize()
+			}
+			if off != int64(len(data)) {
+				t.Fatalf("%s: chunks cover %d of %d bytes", rel, off, len(data))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i != len(got) {
+		t.Fatalf("scan sent %d entries, the walk found %d", len(got), i)
+	}
+}
+
+// TestScanKnown: a known file with its size and mtime is reported
+// unchanged without chunks; one whose mtime or size differs is chunked.
+func TestScanKnown(t *testing.T) {
+	c, ws := inProcess(t)
+	for _, n := range []string{"same", "touched", "grown"} {
+		if err := os.WriteFile(filepath.Join(ws, n), bytes.Repeat([]byte(n), 1000), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var known []*agentv1.KnownFile
+	for _, e := range scanAll(t, c, ".", nil) {
+		known = append(known, &agentv1.KnownFile{Path: e.GetPath(), Size: e.GetSize(), MtimeUnixNano: e.GetMtimeUnixNano()})
+	}
+	known[2].MtimeUnixNano++ // grown, same, touched
+	known[0].Size--
+	for _, e := range scanAll(t, c, ".", known) {
+		unchanged := e.GetPath() == "same"
+		if e.GetUnchanged() != unchanged || (len(e.GetChunks()) == 0) != unchanged || e.GetSize() != int64(len(e.GetPath())*1000) {
+			t.Errorf("%s: unchanged %v, %d chunks, size %d", e.GetPath(), e.GetUnchanged(), len(e.GetChunks()), e.GetSize())
+		}
+	}
+}
+
+func TestScanRefusals(t *testing.T) {
+	c, ws := inProcess(t)
+	if err := os.WriteFile(filepath.Join(ws, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	nop := func(*agentv1.ScanEntry) error { return nil }
+	err := c.Scan(ctx, "missing", nil, cdc.Default, nop)
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing dir: %v", err)
+	}
+	err = c.Scan(ctx, ".", nil, cdc.Params{Min: 1, Avg: 3, Max: 4}, nop)
+	if re := (*agent.RemoteError)(nil); !errors.As(err, &re) || re.Code != codes.InvalidArgument {
+		t.Errorf("bad params: %v", err)
+	}
+	err = c.Scan(ctx, ".", nil, cdc.Params{Min: 1 << 20, Avg: 2 << 20, Max: 64 << 20}, nop)
+	if re := (*agent.RemoteError)(nil); !errors.As(err, &re) || re.Code != codes.InvalidArgument {
+		t.Errorf("huge chunks: %v", err)
+	}
+	if err := c.Scan(ctx, "a\nb", nil, cdc.Default, nop); !errors.Is(err, agent.ErrInvalidPath) {
+		t.Errorf("newline: %v", err)
+	}
+	stop := errors.New("stop")
+	if err := c.Scan(ctx, ".", nil, cdc.Default, func(*agentv1.ScanEntry) error { return stop }); err != stop {
+		t.Errorf("fn's error: %v", err)
+	}
+}
+
+// TestScanBatches: many entries come in several messages, all of them.
+func TestScanBatches(t *testing.T) {
+	c, ws := inProcess(t)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	name := make([]byte, 200)
+	const n = 8000
+	for i := range n {
+		for j := range name {
+			name[j] = 'a' + byte(rnd.IntN(26))
+		}
+		if err := os.WriteFile(filepath.Join(ws, string(name)+string(rune('A'+i%26))), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := scanAll(t, c, ws, nil); len(got) != n {
+		t.Fatalf("%d entries, want %d", len(got), n)
+	}
+}
