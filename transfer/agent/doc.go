@@ -15,7 +15,10 @@
 // Put (a framed tar stream in, extracted through os.Root into staging and
 // placed only after the trailer's entry count, byte count and every file's
 // SHA-256 match), Get (the mirror, checked the same way by the host),
-// Follow (growing files from offsets, woken by fsnotify) and Remove.
+// Follow (growing files from offsets, woken by fsnotify), Remove, and for
+// session saves Scan (content-defined chunks and their digests, computed
+// next to the data) and ReadChunks (only the chunks the store lacks, each
+// re-checked by the host).
 //
 // The host's side is [Dial]: one exec runs the cached agent for the
 // sandbox's architecture, or describes the sandbox when there is none; ferry
