@@ -68,6 +68,10 @@ type remote interface {
 	// upload archives items and places them at dest; want is the number
 	// of entries the archive holds.
 	upload(ctx context.Context, items []item, dest string, place transfer.Placement, want int64) (CopyStats, error)
+	// uploadStream places at dest the archive that fill writes; want is
+	// the number of entries it holds (Files + Dirs + Symlinks of the
+	// writer's Stats).
+	uploadStream(ctx context.Context, fill func(*transfer.Writer) error, dest string, place transfer.Placement, want int64) (CopyStats, error)
 	download(ctx context.Context, dir string, names []string, local string, place transfer.Placement, limits transfer.Limits) (CopyStats, error)
 	// present returns which of names are regular files in dir.
 	present(ctx context.Context, dir string, names []string) ([]string, error)
@@ -113,6 +117,10 @@ func (p posixRemote) stat(ctx context.Context, path string, follow bool) (transf
 }
 
 func (p posixRemote) upload(ctx context.Context, items []item, dest string, place transfer.Placement, want int64) (CopyStats, error) {
+	return p.uploadStream(ctx, addItems(ctx, items), dest, place, want)
+}
+
+func (p posixRemote) uploadStream(ctx context.Context, fill func(*transfer.Writer) error, dest string, place transfer.Placement, want int64) (CopyStats, error) {
 	pr, pw := io.Pipe()
 	// The tar writer makes several small writes per entry; unbuffered,
 	// each became one exec-stream message (70,000 for 10,000 small files).
@@ -120,12 +128,7 @@ func (p posixRemote) upload(ctx context.Context, items []item, dest string, plac
 	w := transfer.NewWriter(bw)
 	werr := make(chan error, 1)
 	go func() {
-		var err error
-		for _, it := range items {
-			if err = w.Add(ctx, it.src, it.name); err != nil {
-				break
-			}
-		}
+		err := fill(w)
 		if err == nil {
 			err = w.Close()
 		}
@@ -145,6 +148,18 @@ func (p posixRemote) upload(ctx context.Context, items []item, dest string, plac
 	}
 	st := w.Stats()
 	return CopyStats{Files: st.Files, Dirs: st.Dirs, Symlinks: st.Symlinks, Bytes: st.Bytes, WireBytes: res.WireBytes}, nil
+}
+
+// addItems is the fill function that archives items.
+func addItems(ctx context.Context, items []item) func(*transfer.Writer) error {
+	return func(w *transfer.Writer) error {
+		for _, it := range items {
+			if err := w.Add(ctx, it.src, it.name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 func (p posixRemote) download(ctx context.Context, dir string, names []string, local string, place transfer.Placement, limits transfer.Limits) (CopyStats, error) {
@@ -171,15 +186,12 @@ func (a agentRemote) stat(ctx context.Context, p string, follow bool) (transfer.
 }
 
 func (a agentRemote) upload(ctx context.Context, items []item, dest string, place transfer.Placement, want int64) (CopyStats, error) {
+	return a.uploadStream(ctx, addItems(ctx, items), dest, place, want)
+}
+
+func (a agentRemote) uploadStream(ctx context.Context, fill func(*transfer.Writer) error, dest string, place transfer.Placement, want int64) (CopyStats, error) {
 	staging := transfer.StagingPrefix + randomTag()
-	res, err := a.c.Put(ctx, agent.PutSpec{Dest: dest, Place: place, Compress: a.compress, Staging: staging}, func(w *transfer.Writer) error {
-		for _, it := range items {
-			if err := w.Add(ctx, it.src, it.name); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	res, err := a.c.Put(ctx, agent.PutSpec{Dest: dest, Place: place, Compress: a.compress, Staging: staging}, fill)
 	if err != nil {
 		if a.c.Lost() {
 			a.removeStaging(ctx, path.Join(transfer.StagingParent(dest, place), staging))

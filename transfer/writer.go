@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Writer streams a tar archive of local trees in PAX format: nanosecond
@@ -224,27 +225,11 @@ func (w *Writer) addFile(p string, hdr *tar.Header, fi fs.FileInfo) error {
 	if err := w.tw.WriteHeader(hdr); err != nil {
 		return fmt.Errorf("add %s: %w", p, err)
 	}
-	if w.buf == nil {
-		w.buf = make([]byte, 256<<10)
-	}
-	var dst io.Writer = onlyWriter{w.tw}
-	if w.hash != nil {
-		w.hash.Reset()
-		dst = io.MultiWriter(w.tw, w.hash)
-	}
-	n, err := io.CopyBuffer(dst, onlyReader{io.LimitReader(f, hdr.Size)}, w.buf)
-	w.stats.Bytes += n
-	if err != nil {
+	if err := w.copyData(hdr, f); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("add %s: file shrank while being read: %w", p, err)
+		}
 		return fmt.Errorf("add %s: %w", p, err)
-	}
-	if n < hdr.Size {
-		return fmt.Errorf("add %s: file shrank from %d to %d bytes while being read", p, hdr.Size, n)
-	}
-	w.stats.Files++
-	if w.hash != nil {
-		d := FileDigest{Name: hdr.Name, Size: n}
-		w.hash.Sum(d.SHA256[:0])
-		w.digests = append(w.digests, d)
 	}
 	return nil
 }
@@ -309,4 +294,113 @@ func (w *Writer) Close() error {
 		w.err = fmt.Errorf("close archive: %w", err)
 	}
 	return w.err
+}
+
+// Header describes an entry that WriteEntry writes from metadata rather
+// than from a local file: a tree rebuilt from somewhere else, such as a
+// session snapshot.
+type Header struct {
+	// Name is the archive name, as for Add; "." is the archive's root
+	// entry ("./", Kind Dir only), which gives a PlaceNew destination its
+	// mode and mtime and is not counted in Stats, as AddRoot's is not.
+	Name string
+	Kind Kind // Dir, File or Symlink
+	// Mode keeps its permission bits, setuid, setgid and sticky, as Add
+	// does.
+	Mode    fs.FileMode
+	ModTime time.Time
+	Size    int64  // of a File
+	Target  string // of a Symlink
+}
+
+// WriteEntry writes the entry h; for a File, r supplies its content, of
+// which exactly h.Size bytes are read (fewer is an error). Entries go out
+// in the caller's order: a directory must come before what it holds. A
+// bad name or kind is refused without writing anything; other failures
+// break the archive, as Add's do. Files are hashed as Add hashes them
+// after HashFiles.
+func (w *Writer) WriteEntry(ctx context.Context, h Header, r io.Reader) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.closed {
+		return errClosed
+	}
+	name, err := archiveName(h.Name)
+	if err != nil {
+		return fmt.Errorf("write entry: %w", err)
+	}
+	if name == "" && h.Kind != Dir {
+		return fmt.Errorf("write entry %q: %w: the root must be a directory", h.Name, ErrUnsafePath)
+	}
+	if err := ctx.Err(); err != nil {
+		w.err = fmt.Errorf("write entry %q: %w", h.Name, err)
+		return w.err
+	}
+	hdr := &tar.Header{Name: name, Mode: tarMode(h.Mode), ModTime: h.ModTime, Format: tar.FormatPAX}
+	switch h.Kind {
+	case Dir:
+		hdr.Typeflag = tar.TypeDir
+		if name == "" {
+			hdr.Name = "./"
+		} else {
+			hdr.Name += "/"
+		}
+	case Symlink:
+		if h.Target == "" {
+			return fmt.Errorf("write entry %q: symlink without a target", h.Name)
+		}
+		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, h.Target
+	case File:
+		if h.Size < 0 || r == nil {
+			return fmt.Errorf("write entry %q: file of %d bytes without content", h.Name, h.Size)
+		}
+		hdr.Typeflag, hdr.Size = tar.TypeReg, h.Size
+	default:
+		return fmt.Errorf("write entry %q: %w: %s", h.Name, ErrUnsupported, h.Kind)
+	}
+	if err := w.tw.WriteHeader(hdr); err != nil {
+		w.err = fmt.Errorf("write entry %q: %w", h.Name, err)
+		return w.err
+	}
+	switch {
+	case h.Kind == Dir && name != "":
+		w.stats.Dirs++
+	case h.Kind == Symlink:
+		w.stats.Symlinks++
+	case h.Kind == File:
+		if err := w.copyData(hdr, r); err != nil {
+			w.err = fmt.Errorf("write entry %q: %w", h.Name, err)
+			return w.err
+		}
+	}
+	return nil
+}
+
+// copyData writes the hdr.Size bytes of a regular file's content from r,
+// counting and (after HashFiles) hashing them.
+func (w *Writer) copyData(hdr *tar.Header, r io.Reader) error {
+	if w.buf == nil {
+		w.buf = make([]byte, 256<<10)
+	}
+	var dst io.Writer = onlyWriter{w.tw}
+	if w.hash != nil {
+		w.hash.Reset()
+		dst = io.MultiWriter(w.tw, w.hash)
+	}
+	n, err := io.CopyBuffer(dst, onlyReader{io.LimitReader(r, hdr.Size)}, w.buf)
+	w.stats.Bytes += n
+	if err != nil {
+		return err
+	}
+	if n < hdr.Size {
+		return fmt.Errorf("%d of %d bytes: %w", n, hdr.Size, io.ErrUnexpectedEOF)
+	}
+	w.stats.Files++
+	if w.hash != nil {
+		d := FileDigest{Name: hdr.Name, Size: n}
+		w.hash.Sum(d.SHA256[:0])
+		w.digests = append(w.digests, d)
+	}
+	return nil
 }

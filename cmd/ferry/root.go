@@ -37,6 +37,7 @@ type globals struct {
 	verbose   bool
 	mode      string
 	compress  string
+	store     string
 }
 
 // agentBundle is where the agent builds come from: the ones embedded by
@@ -117,6 +118,7 @@ active OpenShell gateway configuration (~/.config/openshell).`,
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log debug detail to stderr")
 	pf.StringVar(&g.mode, "mode", "auto", "how files move: auto (the agent where it runs, else posix), agent, or posix (the sandbox's sh and tar)")
 	pf.StringVar(&g.compress, "compress", "auto", "agent-mode compression: auto (zstd where it pays), zstd, or none")
+	pf.StringVar(&g.store, "store", "", "session store directory (default $FERRY_STORE, else $XDG_STATE_HOME/ferry or ~/.local/state/ferry)")
 
 	root.AddCommand(newGatewayCmd(g, s), newSandboxCmd(g, s), newExecCmd(g, s), newCpCmd(g, s), newPullCmd(g, s), newRunCmd(g, s), newSessionCmd(g, s))
 	return root

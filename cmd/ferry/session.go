@@ -3,19 +3,56 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/session"
+	"github.com/ferry-dev/ferry/session/local"
 )
+
+// openStore opens the session store: --store, else $FERRY_STORE, else
+// session.DefaultLocation.
+func (g *globals) openStore() (*session.Store, error) {
+	loc := g.store
+	if loc == "" {
+		var err error
+		if loc, err = session.DefaultLocation(); err != nil {
+			return nil, err
+		}
+	}
+	if strings.Contains(loc, "://") {
+		return nil, fmt.Errorf("session store %s: only local directories are supported so far", loc)
+	}
+	b, err := local.NewDir(loc)
+	if err != nil {
+		return nil, err
+	}
+	return session.New(session.Config{Backend: b})
+}
+
+// exitVerify is `ferry session verify`'s exit code when the store is
+// damaged; the report says what.
+const exitVerify = 1
 
 func newSessionCmd(g *globals, s streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "session",
 		Short: "Agents' session directories across runs",
-		Args:  exactArgs(0),
-		RunE:  func(*cobra.Command, []string) error { return usagef("session needs a subcommand: key") },
+		Long: `Save a sandbox's session directory as a snapshot in the session store,
+restore it into the next sandbox, and keep the store in shape. The store is
+--store DIR, else $FERRY_STORE, else $XDG_STATE_HOME/ferry
+(~/.local/state/ferry).`,
+		Args: exactArgs(0),
+		RunE: func(*cobra.Command, []string) error {
+			return usagef("session needs a subcommand: save, restore, list, verify, prune or key")
+		},
 	}
+	cmd.AddCommand(newSessionSaveCmd(g, s), newSessionRestoreCmd(g, s), newSessionListCmd(g, s),
+		newSessionVerifyCmd(g, s), newSessionPruneCmd(g, s))
 	cmd.AddCommand(&cobra.Command{
 		Use:   "key REPO TASK_ID",
 		Short: "Print the session key Rascal uses for a task",
@@ -35,4 +72,288 @@ sha256("REPO::TASK_ID"), both inputs trimmed of spaces.`,
 		},
 	})
 	return cmd
+}
+
+// sessionTarget splits a SANDBOX:DIR argument.
+func sessionTarget(arg string) (sandbox, dir string, err error) {
+	b, p, ok := remotePath(arg)
+	if !ok {
+		return "", "", usagef("%q is not SANDBOX:DIR", arg)
+	}
+	return b, p, nil
+}
+
+func newSessionSaveCmd(g *globals, s streams) *cobra.Command {
+	return &cobra.Command{
+		Use:   "save SANDBOX:DIR KEY",
+		Short: "Save a sandbox directory as the next snapshot of KEY",
+		Long: `Save the directory DIR of the sandbox as the next snapshot of KEY in the
+session store. Only chunks the store lacks are stored. Of two saves of one
+key that race, exactly one commits; the other fails naming the key and
+commits nothing.
+
+With --json it prints files, bytes, wire_bytes, new_chunks, new_bytes,
+seconds, snapshot (the sequence number committed), key and mode.`,
+		Example: `  ferry session save box:.codex rtzll-rascal-42-1a2b3c4d5e`,
+		Args:    exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			box, dir, err := sessionTarget(args[0])
+			if err != nil {
+				return err
+			}
+			key := args[1]
+			if err := session.ValidKey(key); err != nil {
+				return usageError{err}
+			}
+			st, err := g.openStore()
+			if err != nil {
+				return err
+			}
+			x, closeFn, err := g.execer()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			sb, err := g.sandbox(x, box)
+			if err != nil {
+				return err
+			}
+			res, err := ferry.SaveSession(cmd.Context(), sb, st, dir, key)
+			if err != nil {
+				return err
+			}
+			switch {
+			case g.json:
+				return json.NewEncoder(s.out).Encode(res)
+			case !g.quiet:
+				fmt.Fprintf(s.err, "saved %s as snapshot %d of %s: %d files, %s, %s new in %.1fs\n",
+					args[0], res.Snapshot, key, res.Files, humanBytes(res.Bytes), humanBytes(res.NewBytes), res.Seconds)
+			}
+			return nil
+		},
+	}
+}
+
+func newSessionRestoreCmd(g *globals, s streams) *cobra.Command {
+	var opts ferry.SessionRestoreOptions
+	cmd := &cobra.Command{
+		Use:   "restore KEY SANDBOX:DIR [--snapshot N] [--replace] [--allow-missing]",
+		Short: "Restore a snapshot of KEY into a sandbox directory",
+		Long: `Restore the newest snapshot of KEY (or --snapshot N) into the directory DIR
+of the sandbox, with modes, mtimes and symlinks kept. Every chunk the
+snapshot needs is checked first: a missing or corrupt one fails the restore
+before anything is written. The tree is staged in the sandbox and placed
+only once the whole stream has been checked.
+
+A missing DIR is created; a non-empty one is refused unless --replace,
+which swaps the old content for the snapshot. A KEY without snapshots is an
+error unless --allow-missing (a task's first run), which restores nothing.
+
+With --json it prints files, bytes, wire_bytes, seconds, snapshot, key and
+mode, and "missing": true when --allow-missing found no snapshot.`,
+		Example: `  ferry session restore rtzll-rascal-42-1a2b3c4d5e box:.codex --allow-missing`,
+		Args:    exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			key := args[0]
+			if err := session.ValidKey(key); err != nil {
+				return usageError{err}
+			}
+			box, dir, err := sessionTarget(args[1])
+			if err != nil {
+				return err
+			}
+			if opts.Seq < 0 {
+				return usagef("--snapshot %d: want a sequence number, 1 or more", opts.Seq)
+			}
+			st, err := g.openStore()
+			if err != nil {
+				return err
+			}
+			x, closeFn, err := g.execer()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			sb, err := g.sandbox(x, box)
+			if err != nil {
+				return err
+			}
+			res, err := ferry.RestoreSession(cmd.Context(), sb, st, key, dir, opts)
+			if err != nil {
+				return err
+			}
+			switch {
+			case g.json:
+				return json.NewEncoder(s.out).Encode(res)
+			case g.quiet:
+			case res.Missing:
+				fmt.Fprintf(s.err, "no snapshot of %s: nothing restored\n", key)
+			default:
+				fmt.Fprintf(s.err, "restored snapshot %d of %s to %s: %d files, %s in %.1fs\n",
+					res.Snapshot, key, args[1], res.Files, humanBytes(res.Bytes), res.Seconds)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().Int64Var(&opts.Seq, "snapshot", 0, "the snapshot to restore (default the newest)")
+	cmd.Flags().BoolVar(&opts.Replace, "replace", false, "replace a non-empty target directory")
+	cmd.Flags().BoolVar(&opts.AllowMissing, "allow-missing", false, "succeed, restoring nothing, when KEY has no snapshot")
+	return cmd
+}
+
+func newSessionListCmd(g *globals, s streams) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list [KEY]",
+		Short: "List the snapshots of KEY, or of every key",
+		Long: `List the snapshots in the session store, of KEY or of every key: sequence
+number, time, files, bytes, and the new bytes each save stored. With --json,
+one array of objects.`,
+		Args: maxArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var key string
+			if len(args) == 1 {
+				key = args[0]
+				if err := session.ValidKey(key); err != nil {
+					return usageError{err}
+				}
+			}
+			st, err := g.openStore()
+			if err != nil {
+				return err
+			}
+			list, err := st.List(cmd.Context(), key)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				if list == nil {
+					list = []session.SnapshotInfo{}
+				}
+				return json.NewEncoder(s.out).Encode(list)
+			}
+			tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "KEY\tSNAPSHOT\tTIME\tFILES\tBYTES\tNEW BYTES")
+			for _, i := range list {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", i.Key, i.Seq, i.Time.Local().Format(time.DateTime), i.Files, humanBytes(i.Bytes), humanBytes(i.NewBytes))
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func newSessionVerifyCmd(g *globals, s streams) *cobra.Command {
+	return &cobra.Command{
+		Use:   "verify [KEY]",
+		Short: "Re-read every chunk and report missing or corrupt ones",
+		Long: `Read every snapshot of KEY (of every key, and then every chunk no snapshot
+references, without KEY) and re-hash every chunk. Missing and corrupt
+chunks are reported with the snapshots they break, and ferry exits 1.
+With --json, the report is one object: snapshots, chunks, missing,
+corrupt, broken.`,
+		Args: maxArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var key string
+			if len(args) == 1 {
+				key = args[0]
+				if err := session.ValidKey(key); err != nil {
+					return usageError{err}
+				}
+			}
+			st, err := g.openStore()
+			if err != nil {
+				return err
+			}
+			rep, err := st.Verify(cmd.Context(), key)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				if err := json.NewEncoder(s.out).Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				for _, id := range rep.Missing {
+					fmt.Fprintf(s.out, "missing chunk %s\n", id)
+				}
+				for _, id := range rep.Corrupt {
+					fmt.Fprintf(s.out, "corrupt chunk %s\n", id)
+				}
+				for _, b := range rep.Broken {
+					why := b.Err
+					if why == "" {
+						why = fmt.Sprintf("%d missing, %d corrupt chunk(s)", len(b.Missing), len(b.Corrupt))
+					}
+					fmt.Fprintf(s.out, "broken snapshot %s: %s\n", b.SnapshotRef, why)
+				}
+			}
+			if !rep.OK() {
+				fmt.Fprintf(s.err, "ferry: session store damaged: %d missing, %d corrupt chunk(s), %d broken snapshot(s)\n",
+					len(rep.Missing), len(rep.Corrupt), len(rep.Broken))
+				return exitCode(exitVerify)
+			}
+			if !g.json && !g.quiet {
+				fmt.Fprintf(s.err, "ok: %d snapshots, %d chunks\n", rep.Snapshots, rep.Chunks)
+			}
+			return nil
+		},
+	}
+}
+
+func newSessionPruneCmd(g *globals, s streams) *cobra.Command {
+	var opts session.PruneOptions
+	cmd := &cobra.Command{
+		Use:   "prune [--keep N] [--older-than DUR] [--key KEY]",
+		Short: "Remove old snapshots, then chunks nothing references",
+		Long: `Remove snapshots past the newest --keep N of each key, or older than
+--older-than DUR (which may remove every snapshot of an idle key), then the
+chunks no remaining snapshot references, once they are older than the
+store's grace period (an hour), so that a save in flight is never broken.
+With neither flag, only such chunks go.`,
+		Example: `  ferry session prune --keep 3 --older-than 720h`,
+		Args:    exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Keep < 0 || opts.OlderThan < 0 {
+				return usagef("--keep and --older-than must not be negative")
+			}
+			if opts.Key != "" {
+				if err := session.ValidKey(opts.Key); err != nil {
+					return usageError{err}
+				}
+			}
+			st, err := g.openStore()
+			if err != nil {
+				return err
+			}
+			rep, err := st.Prune(cmd.Context(), opts)
+			if rep != nil && g.json {
+				if rep.Snapshots == nil {
+					rep.Snapshots = []session.SnapshotRef{}
+				}
+				if e := json.NewEncoder(s.out).Encode(rep); e != nil && err == nil {
+					err = e
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if !g.json && !g.quiet {
+				fmt.Fprintf(s.err, "removed %d snapshot(s) and %d chunk(s), %s stored\n", len(rep.Snapshots), rep.Chunks, humanBytes(rep.StoredBytes))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&opts.Keep, "keep", 0, "keep the N newest snapshots of each key (0: no limit)")
+	cmd.Flags().DurationVar(&opts.OlderThan, "older-than", 0, "remove snapshots older than this (0: no limit)")
+	cmd.Flags().StringVar(&opts.Key, "key", "", "remove snapshots of this key only (chunks are collected across keys)")
+	return cmd
+}
+
+// maxArgs is cobra.MaximumNArgs as a usage error.
+func maxArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > n {
+			return usagef("%s takes at most %d argument(s), got %d", cmd.CommandPath(), n, len(args))
+		}
+		return nil
+	}
 }

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ferry-dev/ferry/transfer/transfertest"
+)
+
+func TestSessionHelpGolden(t *testing.T) {
+	isolate(t)
+	for _, sub := range []string{"", "save", "restore", "list", "verify", "prune"} {
+		args, name := []string{"session"}, "session"
+		if sub != "" {
+			args, name = append(args, sub), name+"-"+sub
+		}
+		t.Run(name, func(t *testing.T) {
+			r := runFerry(t, nil, append(args, "--help")...)
+			wantOK(t, r)
+			golden(t, filepath.Join("help", name+".golden"), r.stdout)
+		})
+	}
+}
+
+// decode parses one JSON object and checks it has keys.
+func decode(t *testing.T, out string, keys ...string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("--json output %q: %v", out, err)
+	}
+	for _, k := range keys {
+		if _, ok := m[k]; !ok {
+			t.Errorf("--json output lacks %q: %s", k, out)
+		}
+	}
+	return m
+}
+
+// TestSessionCLI runs save, list, restore, verify and prune through the
+// embedded gateway, then verify of a damaged store.
+func TestSessionCLI(t *testing.T) {
+	for _, mode := range []string{"posix", "auto"} {
+		t.Run(mode, func(t *testing.T) { testSessionCLI(t, mode) })
+	}
+}
+
+func testSessionCLI(t *testing.T, mode string) {
+	g := activeGateway(t)
+	wantOK(t, runFerry(t, nil, "sandbox", "create", "box", "-q"))
+	src := filepath.Join(g.Root, "box", "sess")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tr := transfertest.RandomTree(t, src, 9, transfertest.TreeOptions{Entries: 40})
+	store := t.TempDir()
+	t.Setenv("FERRY_STORE", store)
+
+	r := runFerry(t, nil, "--json", "--mode", mode, "session", "save", "box:sess", "task-1")
+	wantOK(t, r)
+	m := decode(t, r.stdout, "files", "bytes", "wire_bytes", "new_chunks", "seconds", "snapshot", "key", "mode")
+	if m["files"].(float64) != float64(tr.Files) || m["snapshot"].(float64) != 1 {
+		t.Errorf("save --json: %s", r.stdout)
+	}
+	// --store wins over FERRY_STORE.
+	other := t.TempDir()
+	wantOK(t, runFerry(t, nil, "-q", "--store", other, "--mode", mode, "session", "save", "box:sess", "task-2"))
+	if r := runFerry(t, nil, "--json", "--store", other, "session", "list"); r.code != 0 || !strings.Contains(r.stdout, `"task-2"`) || strings.Contains(r.stdout, `"task-1"`) {
+		t.Errorf("list of --store: exit %d, %s", r.code, r.stdout)
+	}
+
+	r = runFerry(t, nil, "--json", "session", "list", "task-1")
+	wantOK(t, r)
+	var list []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 1 || list[0]["seq"].(float64) != 1 {
+		t.Fatalf("list --json: %s (%v)", r.stdout, err)
+	}
+	r = runFerry(t, nil, "session", "list")
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "NEW BYTES") || !strings.Contains(r.stdout, "task-1") {
+		t.Errorf("list: %s", r.stdout)
+	}
+
+	r = runFerry(t, nil, "--json", "--mode", mode, "session", "restore", "task-1", "box:restored")
+	wantOK(t, r)
+	m = decode(t, r.stdout, "files", "bytes", "wire_bytes", "seconds", "snapshot", "mode")
+	if m["files"].(float64) != float64(tr.Files) {
+		t.Errorf("restore --json: %s", r.stdout)
+	}
+	transfertest.EqualTrees(t, src, filepath.Join(g.Root, "box", "restored"))
+	wantFailure(t, runFerry(t, nil, "--mode", mode, "session", "restore", "task-1", "box:restored"), "not empty", "restored")
+	wantOK(t, runFerry(t, nil, "-q", "--mode", mode, "session", "restore", "--replace", "--snapshot", "1", "task-1", "box:restored"))
+	wantFailure(t, runFerry(t, nil, "--mode", mode, "session", "restore", "nope", "box:x"), "no such snapshot")
+	r = runFerry(t, nil, "--json", "--mode", mode, "session", "restore", "--allow-missing", "nope", "box:x")
+	wantOK(t, r)
+	if m := decode(t, r.stdout, "missing"); m["missing"] != true {
+		t.Errorf("restore --allow-missing: %s", r.stdout)
+	}
+	wantUsage(t, runFerry(t, nil, "session", "restore", "task-1", "restored"), "SANDBOX:DIR")
+	wantUsage(t, runFerry(t, nil, "session", "save", "box:sess", "../bad"), "invalid key")
+
+	r = runFerry(t, nil, "session", "verify")
+	if r.code != 0 || !strings.Contains(r.stderr, "ok:") {
+		t.Fatalf("verify: exit %d, %s %s", r.code, r.stdout, r.stderr)
+	}
+	wantOK(t, runFerry(t, nil, "-q", "--mode", mode, "session", "save", "box:restored", "task-1"))
+	r = runFerry(t, nil, "--json", "session", "prune", "--keep", "1")
+	wantOK(t, r)
+	if m := decode(t, r.stdout, "snapshots", "chunks"); len(m["snapshots"].([]any)) != 1 {
+		t.Errorf("prune --keep 1: %s", r.stdout)
+	}
+
+	// Damage one chunk: verify names it and the snapshot it breaks.
+	chunks, _ := filepath.Glob(filepath.Join(store, "chunks", "*", "*"))
+	if len(chunks) == 0 {
+		t.Fatal("no chunks in the store")
+	}
+	if err := os.WriteFile(chunks[0], []byte("damaged"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = runFerry(t, nil, "session", "verify", "task-1")
+	if r.code != 1 || !strings.Contains(r.stdout, "corrupt chunk "+filepath.Base(chunks[0])) || !strings.Contains(r.stdout, "broken snapshot task-1/2") {
+		t.Errorf("verify of a damaged store: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if !strings.HasPrefix(r.stderr, "ferry: ") || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("verify stderr %q, want one line", r.stderr)
+	}
+	wantFailure(t, runFerry(t, nil, "--mode", mode, "session", "restore", "task-1", "box:again"), "corrupt")
+	if _, err := os.Lstat(filepath.Join(g.Root, "box", "again")); !os.IsNotExist(err) {
+		t.Errorf("restore from a damaged store wrote the target: %v", err)
+	}
+}
