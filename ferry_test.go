@@ -2,6 +2,7 @@ package ferry_test
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"os"
 	"path/filepath"
@@ -18,6 +19,8 @@ import (
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/grpcbuf"
 	"github.com/ferry-dev/ferry/relay/openshell"
+	"github.com/ferry-dev/ferry/session"
+	"github.com/ferry-dev/ferry/session/local"
 	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
 )
@@ -411,4 +414,45 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestRunResumesSession runs twice on one session key: the second run
+// finds what the first left in its session directory, and its save moves
+// little.
+func TestRunResumesSession(t *testing.T) { forModes(t, testRunResumesSession) }
+
+func testRunResumesSession(t *testing.T, mode ferry.Mode) {
+	st, err := session.New(session.Config{Backend: mustDirBackend(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `mkdir -p rascal-meta sess; n=$(cat sess/t.jsonl 2>/dev/null | wc -l); echo "run after $n" >> sess/t.jsonl; ` +
+		`echo "{\"exit_code\":0,\"seen\":$n}" > rascal-meta/meta.json`
+	for run := 0; run < 2; run++ {
+		e := newEnv(t, mode) // a fresh sandbox each run
+		out := filepath.Join(t.TempDir(), "run")
+		res, err := ferry.Run(ctx(t), e.sb, ferry.RunSpec{
+			Argv: []string{"sh", "-c", script}, Out: out,
+			Sessions: []ferry.SessionMapping{{Key: "task-1", Remote: "sess"}}, Store: st,
+		})
+		if err != nil || res.PullErr != nil || res.SessionErr != nil {
+			t.Fatalf("run %d: %v / %v / %v", run, err, res.PullErr, res.SessionErr)
+		}
+		meta, _ := os.ReadFile(filepath.Join(out, "meta.json"))
+		if want := fmt.Sprintf(`"seen":%d`, run); !strings.Contains(string(meta), want) {
+			t.Fatalf("run %d: meta.json %s, want %s", run, meta, want)
+		}
+		if s := res.Sessions[0].Saved; s == nil || s.Snapshot != int64(run+1) {
+			t.Fatalf("run %d: session %+v", run, res.Sessions[0])
+		}
+	}
+}
+
+func mustDirBackend(t *testing.T) session.Backend {
+	t.Helper()
+	b, err := local.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

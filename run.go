@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
 )
@@ -49,13 +50,34 @@ type RunSpec struct {
 	// even when ctx was cancelled. Default 2 minutes.
 	PullTimeout time.Duration
 	Limits      transfer.Limits
+	// Sessions are restored from Store before the command (a key without
+	// a snapshot yet is a task's first run) and saved after it, also
+	// after a failure, a timeout or a cancelled ctx.
+	Sessions []SessionMapping
+	Store    *session.Store
+}
+
+// SessionMapping is one KEY:REMOTE pair of `ferry run --session`.
+type SessionMapping struct {
+	Key, Remote string
+}
+
+// RunSession is what a run did with one session.
+type RunSession struct {
+	Key      string                `json:"key"`
+	Restored *SessionRestoreResult `json:"restored,omitempty"`
+	Saved    *SessionSaveResult    `json:"saved,omitempty"`
+	Error    string                `json:"error,omitempty"`
 }
 
 // RunResult is what a run did.
 type RunResult struct {
-	ExitCode int        `json:"exit_code"`
-	Pull     PullResult `json:"pull"`
-	PullErr  error      `json:"-"`
+	ExitCode int          `json:"exit_code"`
+	Pull     PullResult   `json:"pull"`
+	PullErr  error        `json:"-"`
+	Sessions []RunSession `json:"sessions,omitempty"`
+	// SessionErr is the first failed session save after the command.
+	SessionErr error `json:"-"`
 }
 
 // Run uploads spec's inputs and secrets, runs the command, and pulls the
@@ -85,6 +107,16 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	}
 	if err := r.close(); err != nil {
 		return res, fmt.Errorf("run: inputs to %s: %w", sb.Name, err)
+	}
+	if len(spec.Sessions) > 0 && spec.Store == nil {
+		return res, errors.New("run: sessions without a store")
+	}
+	for _, m := range spec.Sessions {
+		rr, err := RestoreSession(ctx, sb, spec.Store, m.Key, m.Remote, SessionRestoreOptions{AllowMissing: true, Replace: true})
+		if err != nil {
+			return res, fmt.Errorf("run: %w", err)
+		}
+		res.Sessions = append(res.Sessions, RunSession{Key: m.Key, Restored: &rr})
 	}
 	var finish func() int64
 	if spec.Lines != nil && r.mode() == "agent" {
@@ -134,6 +166,19 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 		psb := sb
 		psb.Mode = ModePOSIX
 		res.Pull, res.PullErr = Pull(pctx, psb, spec.MetaDir, spec.Out, spec.Limits)
+	}
+	// The session is saved however the command ended: the next run of the
+	// task resumes from it.
+	for i, m := range spec.Sessions {
+		sr, err := SaveSession(pctx, sb, spec.Store, m.Remote, m.Key)
+		if err != nil {
+			res.Sessions[i].Error = err.Error()
+			if res.SessionErr == nil {
+				res.SessionErr = err
+			}
+			continue
+		}
+		res.Sessions[i].Saved = &sr
 	}
 	if printed >= 0 && (res.PullErr == nil || errors.Is(res.PullErr, ErrNoMeta)) {
 		showRest(filepath.Join(spec.Out, Followed[0]), printed, spec.Lines)

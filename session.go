@@ -37,11 +37,13 @@ type SessionSaveResult struct {
 // that race, one commits and the other fails with an error matching
 // session.ErrConflict that names the key, having committed nothing.
 //
-// Limitation: both modes still download the whole directory into a
-// private temp directory on this host (0700, removed afterwards) and chunk
-// it here, so the store dedups but the wire carries every byte; agent
-// mode's chunking next to the data plugs in at sessionSource. A symlink
-// in the directory that resolves outside it is refused, as by Download.
+// In agent mode the agent chunks and hashes the directory next to the
+// data and only chunks the store lacks cross the relay; files whose size
+// and mtime match the last snapshot are not read. POSIX mode downloads the
+// whole directory into a private temp directory on this host (0700,
+// removed afterwards) and chunks it here; the store still dedups. A
+// symlink in the directory that resolves outside it is refused in POSIX
+// mode, as by Download.
 func SaveSession(ctx context.Context, sb Sandbox, st *session.Store, remoteDir, key string) (SessionSaveResult, error) {
 	start := time.Now()
 	if st == nil {

@@ -102,13 +102,20 @@ step "ferry run: an Option-B run with a scripted demo agent"
 demo=$(cd "$(dirname "$0")/../../testdata/demo" && pwd)
 mkdir -p "$work/secrets" && chmod 700 "$work/secrets"
 printf 'ghp_demo_token_never_in_argv' >"$work/secrets/gh_token"
-"$FERRY" run demo-run --create default --delete --out "$work/run" \
-	--in "$demo/instructions.md:rascal-meta/instructions.md" \
-	--in "$demo/context.json:rascal-meta/context.json" \
-	--in "$demo/agent.sh:agent.sh" \
-	--secret "$work/secrets/gh_token:.rascal-secrets/gh_token" \
-	--env RASCAL_META_DIR=rascal-meta --env GH_TOKEN_FILE=.rascal-secrets/gh_token \
-	-- ./agent.sh
+run_demo() { # SANDBOX RUN_ID OUT
+	sed "s/run-0001/$2/" "$demo/context.json" >"$work/context-$2.json"
+	"$FERRY" --store "$work/store" run "$1" --create default --delete --out "$3" \
+		--in "$demo/instructions.md:rascal-meta/instructions.md" \
+		--in "$work/context-$2.json:rascal-meta/context.json" \
+		--in "$demo/agent.sh:agent.sh" \
+		--secret "$work/secrets/gh_token:.rascal-secrets/gh_token" \
+		--session "$session_key:rascal-codex-session" \
+		--env RASCAL_META_DIR=rascal-meta --env GH_TOKEN_FILE=.rascal-secrets/gh_token \
+		--env CODEX_HOME=rascal-codex-session \
+		-- ./agent.sh
+}
+session_key=$("$FERRY" session key example/repo demo-task)
+run_demo demo-run run-0001 "$work/run"
 echo
 echo "pulled artifacts in $work/run:"
 ls -l "$work/run" | sed 1d
@@ -117,6 +124,11 @@ echo "agent.ndjson:"
 sed 's/^/  /' "$work/run/agent.ndjson"
 grep -q '"exit_code": 0' "$work/run/meta.json"
 if grep -rq ghp_demo_token "$work/gateway.log"; then echo "secret leaked into the gateway log"; exit 1; fi
+
+step "ferry run again, in a new sandbox: the agent resumes its session ($session_key)"
+run_demo demo-run-2 run-0002 "$work/run2" | tee "$work/run2.out"
+grep -q "resumed a session" "$work/run2.out"
+"$FERRY" --store "$work/store" session list "$session_key"
 
 step "stop the gateway"
 kill "$gw_pid"

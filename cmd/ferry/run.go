@@ -20,6 +20,7 @@ import (
 func newRunCmd(g *globals, s streams) *cobra.Command {
 	var (
 		ins, secrets, env []string
+		sessions          []string
 		out, create, wd   string
 		metaDir           string
 		del, followLive   bool
@@ -37,6 +38,11 @@ ferry exits with the command's exit code.
 land with mode 0600 in a 0700 directory; they never appear in an argv, an
 environment or a log. --create creates the sandbox first and waits until
 it is ready; --delete removes it at the end whatever happened.
+
+--session KEY:REMOTE restores the task's session snapshot KEY from the
+session store (--store) into REMOTE before the command (nothing on a
+task's first run) and saves REMOTE as a new snapshot after it, also after a
+failure or a timeout.
 
 In agent mode the agent's agent.ndjson is shown live as it grows, a line at
 a time, on stdout with the command's own output (--follow=false: not).`,
@@ -68,6 +74,18 @@ a time, on stdout with the command's own output (--follow=false: not).`,
 			}
 			if spec.Secrets, err = mappings("--secret", secrets); err != nil {
 				return err
+			}
+			for _, v := range sessions {
+				k, r, ok := strings.Cut(v, ":")
+				if !ok || k == "" || r == "" {
+					return usagef("--session %q: want KEY:REMOTE", v)
+				}
+				spec.Sessions = append(spec.Sessions, ferry.SessionMapping{Key: k, Remote: r})
+			}
+			if len(spec.Sessions) > 0 {
+				if spec.Store, err = g.openStore(); err != nil {
+					return err
+				}
 			}
 			if err := (&relay.Command{Argv: spec.Argv, Env: spec.Env, Workdir: wd}).Validate(); err != nil {
 				return usageError{err}
@@ -117,6 +135,20 @@ a time, on stdout with the command's own output (--follow=false: not).`,
 			} else if !g.quiet && !g.json {
 				fmt.Fprintf(s.err, "ferry: artifacts in %s: %s\n", spec.Out, strings.Join(res.Pull.Saved, ", "))
 			}
+			for _, rs := range res.Sessions {
+				switch {
+				case rs.Error != "":
+					fmt.Fprintf(s.err, "ferry: session %s: %s\n", rs.Key, oneLine(errors.New(rs.Error)))
+				case g.quiet || g.json:
+				case rs.Saved != nil:
+					resumed := "first run"
+					if rs.Restored != nil && !rs.Restored.Missing {
+						resumed = fmt.Sprintf("resumed snapshot %d", rs.Restored.Snapshot)
+					}
+					fmt.Fprintf(s.err, "ferry: session %s: %s; saved snapshot %d: %d files, %d bytes, %d new, %d bytes over the relay\n",
+						rs.Key, resumed, rs.Saved.Snapshot, rs.Saved.Files, rs.Saved.Bytes, rs.Saved.NewBytes, rs.Saved.WireBytes)
+				}
+			}
 			if err != nil {
 				if cmd.Context().Err() != nil {
 					return exitCode(130)
@@ -129,7 +161,7 @@ a time, on stdout with the command's own output (--follow=false: not).`,
 			if errors.Is(res.PullErr, ferry.ErrNoMeta) {
 				return exitCode(exitNoMeta)
 			}
-			if res.PullErr != nil {
+			if res.PullErr != nil || res.SessionErr != nil {
 				return exitCode(1)
 			}
 			return nil
@@ -145,6 +177,7 @@ a time, on stdout with the command's own output (--follow=false: not).`,
 	f.StringArrayVarP(&env, "env", "e", nil, "set an environment variable KEY=VALUE (repeatable; never put secrets here)")
 	f.StringVarP(&wd, "workdir", "w", "", "directory to run in (relative to the workspace root)")
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long and exit 124 (0: no limit)")
+	f.StringArrayVar(&sessions, "session", nil, "restore session KEY into REMOTE before the command and save it after (KEY:REMOTE, repeatable)")
 	f.BoolVarP(&followLive, "follow", "f", true, "show agent.ndjson's lines live as they are written (agent mode)")
 	return cmd
 }

@@ -16,6 +16,23 @@ JSON
 }
 
 write_meta 1
+# The session directory (codex's CODEX_HOME) survives from run to run
+# through ferry's session store: a transcript that grows by appends.
+session=${CODEX_HOME:-rascal-codex-session}
+mkdir -p "$session/sessions"
+before=$(cat "$session/sessions/transcript.jsonl" 2>/dev/null | wc -l | tr -d ' ')
+if [ "$before" -gt 0 ]; then
+	echo "agent: resumed a session of $before transcript lines"
+else
+	echo "agent: new session"
+	# A first run brings some history with it (as a real transcript would).
+	i=0
+	while [ $i -lt 2000 ]; do
+		printf '{"type":"history","n":%d,"text":"earlier context line %d of the task"}\n' "$i" "$i"
+		i=$((i + 1))
+	done >>"$session/sessions/transcript.jsonl"
+fi
+printf '{"type":"run","run_id":"%s","task":"%s"}\n' "$run_id" "$task" >>"$session/sessions/transcript.jsonl"
 echo "$(date -u +%FT%TZ) agent: starting run $run_id" >>"$meta/runner.log"
 echo "agent: read task: $task"
 i=1
