@@ -5,15 +5,12 @@ import (
 	"crypto/sha256"
 	"errors"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
-
-	"google.golang.org/grpc"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/session"
@@ -226,70 +223,10 @@ func TestAgentSourceIncremental(t *testing.T) {
 	}
 }
 
-// fakeAgent serves impl over an in-memory connection after the usual
-// hellos, and returns a client of it.
+// fakeAgent serves impl as the agent; see agenttest.Fake.
 func fakeAgent(t *testing.T, impl agentv1.AgentServer) *agent.Client {
-	t.Helper()
-	hostEnd, agentEnd := net.Pipe()
-	gs := grpc.NewServer()
-	agentv1.RegisterAgentServer(gs, impl)
-	served := make(chan error, 1)
-	go func() {
-		if err := agent.WriteHello(agentEnd, agent.Hello{Version: agent.ProtocolVersion}); err != nil {
-			served <- err
-			return
-		}
-		if _, err := agent.ReadHello(agentEnd, 0); err != nil {
-			served <- err
-			return
-		}
-		served <- gs.Serve(&pipeListener{conn: agentEnd, closed: make(chan struct{})})
-	}()
-	var once sync.Once
-	closeFn := func() error {
-		once.Do(func() {
-			hostEnd.Close()
-			agentEnd.Close()
-			gs.Stop()
-			<-served
-		})
-		return nil
-	}
-	c, err := agent.NewClient(hostEnd, hostEnd, 0, closeFn)
-	if err != nil {
-		closeFn()
-		t.Fatalf("client of the fake agent: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return agenttest.Fake(t, impl)
 }
-
-// pipeListener hands out one connection, then blocks until closed.
-type pipeListener struct {
-	mu     sync.Mutex
-	conn   net.Conn
-	once   sync.Once
-	closed chan struct{}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	l.mu.Lock()
-	c := l.conn
-	l.conn = nil
-	l.mu.Unlock()
-	if c != nil {
-		return c, nil
-	}
-	<-l.closed
-	return nil, net.ErrClosed
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.closed) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return &net.UnixAddr{Name: "fake-agent", Net: "pipe"} }
 
 // liarAgent answers Scan with entries and ReadChunks with data[path],
 // sliced as asked.

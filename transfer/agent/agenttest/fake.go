@@ -1,0 +1,78 @@
+package agenttest
+
+import (
+	"net"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+	"github.com/ferry-dev/ferry/transfer/agent"
+)
+
+// Fake serves impl, a stand-in for the agent (usually a hostile one), over
+// an in-memory connection after the usual hellos, and returns a client of
+// it; both end when the test does.
+func Fake(t testing.TB, impl agentv1.AgentServer) *agent.Client {
+	t.Helper()
+	hostEnd, agentEnd := net.Pipe()
+	gs := grpc.NewServer()
+	agentv1.RegisterAgentServer(gs, impl)
+	served := make(chan error, 1)
+	go func() {
+		if err := agent.WriteHello(agentEnd, agent.Hello{Version: agent.ProtocolVersion}); err != nil {
+			served <- err
+			return
+		}
+		if _, err := agent.ReadHello(agentEnd, 0); err != nil {
+			served <- err
+			return
+		}
+		served <- gs.Serve(&pipeListener{conn: agentEnd, closed: make(chan struct{})})
+	}()
+	var once sync.Once
+	closeFn := func() error {
+		once.Do(func() {
+			hostEnd.Close()
+			agentEnd.Close()
+			gs.Stop()
+			<-served
+		})
+		return nil
+	}
+	c, err := agent.NewClient(hostEnd, hostEnd, 0, closeFn)
+	if err != nil {
+		closeFn()
+		t.Fatalf("client of the fake agent: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// pipeListener hands out one connection, then blocks until closed.
+type pipeListener struct {
+	mu     sync.Mutex
+	conn   net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	c := l.conn
+	l.conn = nil
+	l.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	<-l.closed
+	return nil, net.ErrClosed
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return &net.UnixAddr{Name: "fake-agent", Net: "pipe"} }
