@@ -16,6 +16,7 @@ import (
 	"github.com/ferry-dev/ferry/relay/gateway"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/openshell"
+	"github.com/ferry-dev/ferry/session"
 )
 
 // countingExecer counts execs.
@@ -100,8 +101,8 @@ func TestFollowSurvivesRelayDrops(t *testing.T) {
 	t.Logf("%d execs for %d bytes through a relay cut every 256 KiB", counted.n.Load(), want.Len())
 }
 
-// TestRunExecCountAgentMode: with the agent cached, a run with inputs and a
-// secret takes one exec before the command and one after (DESIGN.md, "Few
+// TestRunExecCountAgentMode: with the agent cached, a run with inputs, a
+// secret and a session takes one exec before the command and one after (DESIGN.md, "Few
 // round trips").
 func TestRunExecCountAgentMode(t *testing.T) {
 	warmAgent(t)
@@ -110,6 +111,16 @@ func TestRunExecCountAgentMode(t *testing.T) {
 	g.Sandbox(t, c, "box")
 	counted := &countingExecer{x: c}
 	sb := sandboxFor(t, counted, ferry.ModeAgent)
+	st, err := session.New(session.Config{Backend: mustDirBackend(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A snapshot to restore, so that the run does restore one.
+	seed := t.TempDir()
+	write(t, seed, map[string]string{"t": "earlier\n"})
+	if _, err := st.Save(ctx(t), "task-1", &session.DirSource{Dir: seed}); err != nil {
+		t.Fatal(err)
+	}
 	local := t.TempDir()
 	write(t, local, map[string]string{"instructions.md": "do it", "context.json": "{}", "gh_token": "tok"})
 	res, err := ferry.Run(ctx(t), sb, ferry.RunSpec{
@@ -117,12 +128,17 @@ func TestRunExecCountAgentMode(t *testing.T) {
 			{Local: filepath.Join(local, "instructions.md"), Remote: "rascal-meta/instructions.md"},
 			{Local: filepath.Join(local, "context.json"), Remote: "rascal-meta/context.json"},
 		},
-		Secrets: []ferry.Mapping{{Local: filepath.Join(local, "gh_token"), Remote: ".rascal-secrets/gh_token"}},
-		Argv:    []string{"sh", "-c", `echo '{"exit_code":0}' > rascal-meta/meta.json`},
-		Out:     filepath.Join(t.TempDir(), "run"),
+		Secrets:  []ferry.Mapping{{Local: filepath.Join(local, "gh_token"), Remote: ".rascal-secrets/gh_token"}},
+		Argv:     []string{"sh", "-c", `mkdir -p sess && echo x >> sess/t && echo '{"exit_code":0}' > rascal-meta/meta.json`},
+		Out:      filepath.Join(t.TempDir(), "run"),
+		Sessions: []ferry.SessionMapping{{Key: "task-1", Remote: "sess"}},
+		Store:    st,
 	})
-	if err != nil || res.PullErr != nil {
-		t.Fatalf("run: %v, pull: %v", err, res.PullErr)
+	if err != nil || res.PullErr != nil || res.SessionErr != nil {
+		t.Fatalf("run: %v, pull: %v, session: %v", err, res.PullErr, res.SessionErr)
+	}
+	if s := res.Sessions[0]; s.Restored == nil || s.Restored.Snapshot != 1 || s.Saved == nil || s.Saved.Snapshot != 2 {
+		t.Fatalf("session: %+v", s)
 	}
 	if n := counted.n.Load(); n != 3 {
 		t.Fatalf("%d execs, want 3: one before the command, the command, one after", n)

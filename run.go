@@ -13,7 +13,6 @@ import (
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer"
-	"github.com/ferry-dev/ferry/transfer/agent"
 )
 
 // Mapping is one LOCAL:REMOTE pair.
@@ -96,7 +95,11 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	if err := os.MkdirAll(spec.Out, 0o755); err != nil {
 		return res, fmt.Errorf("create %s: %w", spec.Out, err)
 	}
-	// The pre-exec phase: in agent mode, one exec carries it all.
+	if len(spec.Sessions) > 0 && spec.Store == nil {
+		return res, errors.New("run: sessions without a store")
+	}
+	// The pre-exec phase: inputs, secrets and sessions; in agent mode one
+	// exec carries it all.
 	r, err := sb.open(ctx)
 	if err != nil {
 		return res, err
@@ -105,18 +108,16 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 		r.close()
 		return res, err
 	}
-	if err := r.close(); err != nil {
-		return res, fmt.Errorf("run: inputs to %s: %w", sb.Name, err)
-	}
-	if len(spec.Sessions) > 0 && spec.Store == nil {
-		return res, errors.New("run: sessions without a store")
-	}
 	for _, m := range spec.Sessions {
-		rr, err := RestoreSession(ctx, sb, spec.Store, m.Key, m.Remote, SessionRestoreOptions{AllowMissing: true, Replace: true})
+		rr, err := restoreSession(ctx, sb, r, spec.Store, m.Key, m.Remote, SessionRestoreOptions{AllowMissing: true, Replace: true})
 		if err != nil {
+			r.close()
 			return res, fmt.Errorf("run: %w", err)
 		}
 		res.Sessions = append(res.Sessions, RunSession{Key: m.Key, Restored: &rr})
+	}
+	if err := r.close(); err != nil {
+		return res, fmt.Errorf("run: inputs to %s: %w", sb.Name, err)
 	}
 	var finish func() int64
 	if spec.Lines != nil && r.mode() == "agent" {
@@ -159,27 +160,7 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	// run. A cancelled ctx must not stop it, so it gets its own deadline.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spec.PullTimeout)
 	defer cancel()
-	res.Pull, res.PullErr = Pull(pctx, sb, spec.MetaDir, spec.Out, spec.Limits)
-	if errors.Is(res.PullErr, agent.ErrUnavailable) && sb.Mode == ModeAuto {
-		// The agent ran before the command; a command that made the temp
-		// directory unusable does not lose the artifacts.
-		psb := sb
-		psb.Mode = ModePOSIX
-		res.Pull, res.PullErr = Pull(pctx, psb, spec.MetaDir, spec.Out, spec.Limits)
-	}
-	// The session is saved however the command ended: the next run of the
-	// task resumes from it.
-	for i, m := range spec.Sessions {
-		sr, err := SaveSession(pctx, sb, spec.Store, m.Remote, m.Key)
-		if err != nil {
-			res.Sessions[i].Error = err.Error()
-			if res.SessionErr == nil {
-				res.SessionErr = err
-			}
-			continue
-		}
-		res.Sessions[i].Saved = &sr
-	}
+	res.Pull, res.PullErr, res.SessionErr = finishRun(pctx, sb, spec, res.Sessions)
 	if printed >= 0 && (res.PullErr == nil || errors.Is(res.PullErr, ErrNoMeta)) {
 		showRest(filepath.Join(spec.Out, Followed[0]), printed, spec.Lines)
 	}
@@ -229,6 +210,47 @@ func showRest(name string, n int64, w io.Writer) {
 	if _, err := f.Seek(n, io.SeekStart); err == nil {
 		io.Copy(w, f)
 	}
+}
+
+// finishRun is the post-exec phase: the artifacts, then the sessions,
+// through one connection (one exec in agent mode). It fills in sessions'
+// results and returns the pull, its error, and the first failed session
+// save.
+func finishRun(ctx context.Context, sb Sandbox, spec RunSpec, sessions []RunSession) (pres PullResult, pullErr, sessionErr error) {
+	start := time.Now()
+	metaDir := spec.MetaDir
+	if metaDir == "" {
+		metaDir = DefaultMetaDir
+	}
+	r, err := sb.open(ctx)
+	if err != nil {
+		return PullResult{}, err, err
+	}
+	defer r.close()
+	pres, pullErr = pull(ctx, sb, r, metaDir, spec.Out, spec.Limits)
+	pres.Seconds = time.Since(start).Seconds()
+	// The session is saved however the command ended: the next run of the
+	// task resumes from it.
+	for i, m := range spec.Sessions {
+		sr, err := saveSession(ctx, sb, r, spec.Store, m.Remote, m.Key)
+		if err != nil {
+			sessions[i].Error = err.Error()
+			if sessionErr == nil {
+				sessionErr = err
+			}
+			continue
+		}
+		sessions[i].Saved = &sr
+	}
+	if err := r.close(); err != nil {
+		if pullErr == nil {
+			pullErr = fmt.Errorf("pull from %s: %w", sb.Name, err)
+		}
+		if sessionErr == nil && len(spec.Sessions) > 0 {
+			sessionErr = err
+		}
+	}
+	return pres, pullErr, sessionErr
 }
 
 // prepare uploads a run's inputs and secrets through r.

@@ -57,6 +57,21 @@ func SaveSession(ctx context.Context, sb Sandbox, st *session.Store, remoteDir, 
 		return SessionSaveResult{}, err
 	}
 	defer r.close()
+	res, err := saveSession(ctx, sb, r, st, remoteDir, key)
+	if err != nil {
+		return res, err
+	}
+	if err := r.close(); err != nil {
+		// The snapshot is committed and complete: the channel failed after.
+		return SessionSaveResult{}, fmt.Errorf("save session %s:%s: snapshot %d of %s committed, then: %w", sb.Name, remoteDir, res.Snapshot, key, err)
+	}
+	res.Seconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// saveSession is SaveSession through an open remote.
+func saveSession(ctx context.Context, sb Sandbox, r remote, st *session.Store, remoteDir, key string) (SessionSaveResult, error) {
+	start := time.Now()
 	kind, err := r.stat(ctx, remoteDir, true)
 	if err != nil {
 		return SessionSaveResult{}, fmt.Errorf("save session: stat %s:%s: %w", sb.Name, remoteDir, err)
@@ -72,10 +87,6 @@ func SaveSession(ctx context.Context, sb Sandbox, st *session.Store, remoteDir, 
 	m, err := st.Save(ctx, key, src)
 	if err != nil {
 		return SessionSaveResult{}, fmt.Errorf("save session %s:%s: %w", sb.Name, remoteDir, err)
-	}
-	if err := r.close(); err != nil {
-		// The snapshot is committed and complete: the channel failed after.
-		return SessionSaveResult{}, fmt.Errorf("save session %s:%s: snapshot %d of %s committed, then: %w", sb.Name, remoteDir, m.Seq, key, err)
 	}
 	return SessionSaveResult{
 		Key: key, Snapshot: m.Seq, Files: m.Files, Bytes: m.Bytes,
@@ -206,6 +217,28 @@ func RestoreSession(ctx context.Context, sb Sandbox, st *session.Store, key, rem
 	if st == nil {
 		return SessionRestoreResult{}, errors.New("restore session: nil store")
 	}
+	r, err := sb.open(ctx)
+	if err != nil {
+		return SessionRestoreResult{}, err
+	}
+	defer r.close()
+	res, err := restoreSession(ctx, sb, r, st, key, remoteDir, opts)
+	if err != nil {
+		return res, err
+	}
+	if err := r.close(); err != nil {
+		return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, sb.Name, remoteDir, err)
+	}
+	res.Seconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// restoreSession is RestoreSession through an open remote. A target the
+// remote reports missing (a fresh sandbox, the usual case) costs no exec
+// beyond r's; an existing one is probed, and a replaced one swapped, by
+// the sandbox's sh.
+func restoreSession(ctx context.Context, sb Sandbox, r remote, st *session.Store, key, remoteDir string, opts SessionRestoreOptions) (SessionRestoreResult, error) {
+	start := time.Now()
 	if err := checkSessionPath(remoteDir); err != nil {
 		return SessionRestoreResult{}, err
 	}
@@ -219,9 +252,13 @@ func RestoreSession(ctx context.Context, sb Sandbox, st *session.Store, key, rem
 	if err := st.Check(ctx, m); err != nil {
 		return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: nothing written: %w", key, sb.Name, remoteDir, err)
 	}
-	state, err := probeTarget(ctx, sb, remoteDir)
-	if err != nil {
+	state := "missing"
+	if k, err := r.stat(ctx, remoteDir, false); err != nil {
 		return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, sb.Name, remoteDir, err)
+	} else if k != transfer.Missing {
+		if state, err = probeTarget(ctx, sb, remoteDir); err != nil {
+			return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, sb.Name, remoteDir, err)
+		}
 	}
 	dest, place, swap := remoteDir, transfer.PlaceNew, false
 	switch state {
@@ -240,17 +277,9 @@ func RestoreSession(ctx context.Context, sb Sandbox, st *session.Store, key, rem
 	default:
 		return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, sb.Name, remoteDir, ErrNotDir)
 	}
-	r, err := sb.open(ctx)
-	if err != nil {
-		return SessionRestoreResult{}, err
-	}
-	defer r.close()
 	fill := func(w *transfer.Writer) error { return writeSnapshot(ctx, st, m, w, place == transfer.PlaceNew) }
 	cs, err := r.uploadStream(ctx, fill, dest, place, m.Files+m.Dirs+m.Symlinks)
 	if err != nil {
-		return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, sb.Name, remoteDir, err)
-	}
-	if err := r.close(); err != nil {
 		return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, sb.Name, remoteDir, err)
 	}
 	if swap {
