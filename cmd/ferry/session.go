@@ -210,12 +210,9 @@ number, time, files, bytes, and the new bytes each save stored. With --json,
 one array of objects.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var key string
-			if len(args) == 1 {
-				key = args[0]
-				if err := session.ValidKey(key); err != nil {
-					return usageError{err}
-				}
+			key, err := optionalKey(args)
+			if err != nil {
+				return err
 			}
 			st, err := g.openStore()
 			if err != nil {
@@ -252,12 +249,9 @@ With --json, the report is one object: snapshots, chunks, missing,
 corrupt, broken.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var key string
-			if len(args) == 1 {
-				key = args[0]
-				if err := session.ValidKey(key); err != nil {
-					return usageError{err}
-				}
+			key, err := optionalKey(args)
+			if err != nil {
+				return err
 			}
 			st, err := g.openStore()
 			if err != nil {
@@ -356,4 +350,15 @@ func maxArgs(n int) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// optionalKey is the [KEY] argument of list and verify: "" for every key.
+func optionalKey(args []string) (string, error) {
+	if len(args) == 0 {
+		return "", nil
+	}
+	if err := session.ValidKey(args[0]); err != nil {
+		return "", usageError{err}
+	}
+	return args[0], nil
 }
