@@ -3,7 +3,6 @@ package transfer_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"os"
 	"path/filepath"
@@ -29,7 +28,7 @@ func fileDigests(t *testing.T, dir string) []transfer.FileDigest {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, p)
-		out = append(out, transfer.FileDigest{Name: filepath.ToSlash(rel), Size: int64(len(b)), SHA256: sha256.Sum256(b)})
+		out = append(out, transfer.FileDigest{Name: filepath.ToSlash(rel), Size: int64(len(b)), Sum: transfer.DigestOf(b)})
 		return nil
 	})
 	if err != nil {

@@ -3,10 +3,8 @@ package transfer
 import (
 	"archive/tar"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -182,7 +180,7 @@ type extractor struct {
 	chown bool
 
 	onFile func(FileDigest) error
-	hash   hash.Hash // for onFile
+	hash   *fileHash // for onFile
 	sr     *streamReader
 	tr     *tar.Reader
 	buf    []byte
@@ -322,7 +320,7 @@ func (x *extractor) file(hdr *tar.Header, name string, keep bool) error {
 	var dst io.Writer = onlyWriter{f}
 	if x.onFile != nil {
 		if x.hash == nil {
-			x.hash = sha256.New()
+			x.hash = newFileHash()
 		}
 		x.hash.Reset()
 		dst = io.MultiWriter(f, x.hash)
@@ -348,7 +346,7 @@ func (x *extractor) file(hdr *tar.Header, name string, keep bool) error {
 	}
 	if x.onFile != nil {
 		d := FileDigest{Name: name, Size: n}
-		x.hash.Sum(d.SHA256[:0])
+		sumInto(x.hash, &d.Sum)
 		return x.onFile(d)
 	}
 	return nil

@@ -3,10 +3,8 @@ package transfer
 import (
 	"archive/tar"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -35,7 +33,7 @@ type Writer struct {
 	err    error
 	closed bool
 
-	hash    hash.Hash // set by HashFiles
+	hash    *fileHash // set by HashFiles
 	digests []FileDigest
 }
 
@@ -234,12 +232,12 @@ func (w *Writer) addFile(p string, hdr *tar.Header, fi fs.FileInfo) error {
 	return nil
 }
 
-// HashFiles makes Add compute the SHA-256 of every regular file it writes
+// HashFiles makes Add compute the digest (FileDigest) of every regular file it writes
 // from then on, in the pass that copies the data, and record its
 // FileDigest for Digests. Without it nothing is hashed.
 func (w *Writer) HashFiles() {
 	if w.hash == nil {
-		w.hash = sha256.New()
+		w.hash = newFileHash()
 	}
 }
 
@@ -399,7 +397,7 @@ func (w *Writer) copyData(hdr *tar.Header, r io.Reader) error {
 	w.stats.Files++
 	if w.hash != nil {
 		d := FileDigest{Name: hdr.Name, Size: n}
-		w.hash.Sum(d.SHA256[:0])
+		sumInto(w.hash, &d.Sum)
 		w.digests = append(w.digests, d)
 	}
 	return nil

@@ -126,7 +126,7 @@ type GetSpec struct {
 // host trusts nothing the agent sends: transfer.Extract refuses unsafe
 // entries and enforces spec.Limits, the frame stream's ratio and its own
 // trailer are checked, and nothing is placed unless the agent's trailer
-// (entry and byte counts, every file's size and SHA-256) matches what
+// (entry and byte counts, every file's size and digest) matches what
 // arrived and at least one entry arrived for each name other than ".".
 //
 // A refusal of the stream is the extractor's *transfer.EntryError naming

@@ -123,7 +123,7 @@ type PutSpec struct {
 
 // Put streams a tree to the agent, which extracts it at spec.Dest and
 // places it only once the whole stream and its trailer (entry and byte
-// counts, every file's size and SHA-256) have been checked. fill writes
+// counts, every file's size and digest) have been checked. fill writes
 // the tree, calling w.Add for each item; Put closes w. One call, one
 // stream; memory stays bounded by ChunkSize and the frame block.
 //

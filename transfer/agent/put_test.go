@@ -301,7 +301,7 @@ func TestPutHostileHost(t *testing.T) {
 		entry  string
 	}{
 		{"honest", slices.Concat(dataMsgs(fr), []*agentv1.PutRequest{trailerMsg(goodTr)}), codes.OK, "", ""},
-		{"wrong digest", slices.Concat(dataMsgs(fr), []*agentv1.PutRequest{trailerMsg(tamper(func(tr *agentv1.Trailer) { tr.Files[0].Sha256[3] ^= 1 }))}),
+		{"wrong digest", slices.Concat(dataMsgs(fr), []*agentv1.PutRequest{trailerMsg(tamper(func(tr *agentv1.Trailer) { tr.Files[0].Digest[3] ^= 1 }))}),
 			codes.DataLoss, "DIGEST", firstFile},
 		{"wrong size", slices.Concat(dataMsgs(fr), []*agentv1.PutRequest{trailerMsg(tamper(func(tr *agentv1.Trailer) { tr.Files[0].Size++ }))}),
 			codes.DataLoss, "DIGEST", firstFile},

@@ -21,7 +21,7 @@ import (
 // that the frame stream ended with its own verified trailer right after
 // the tar's end-of-archive blocks, that the Trailer message came next and
 // last, and that the entries, bytes and every file's name, size and
-// SHA-256 equal the Trailer's.
+// digest equal the Trailer's.
 
 // Result is what a Put or Get moved.
 type Result struct {
@@ -267,8 +267,8 @@ func checkTrailer(st transfer.Stats, got []transfer.FileDigest, tr *agentv1.Trai
 			return digestErr(g.Name, fmt.Sprintf("the sender's trailer has %q in its place", clipName(w.GetName())))
 		case g.Size != w.GetSize():
 			return digestErr(g.Name, fmt.Sprintf("%d bytes arrived, the sender wrote %d", g.Size, w.GetSize()))
-		case !bytes.Equal(g.SHA256[:], w.GetSha256()):
-			return digestErr(g.Name, "its SHA-256 differs from the sender's")
+		case !bytes.Equal(g.Sum[:], w.GetDigest()):
+			return digestErr(g.Name, "its digest differs from the sender's")
 		}
 	}
 	if st.Bytes != tr.GetBytes() {
@@ -294,7 +294,7 @@ func trailerOf(w *transfer.Writer) *agentv1.Trailer {
 	st := w.Stats()
 	files := make([]*agentv1.FileDigest, len(w.Digests()))
 	for i, d := range w.Digests() {
-		files[i] = &agentv1.FileDigest{Name: d.Name, Size: d.Size, Sha256: bytes.Clone(d.SHA256[:])}
+		files[i] = &agentv1.FileDigest{Name: d.Name, Size: d.Size, Digest: bytes.Clone(d.Sum[:])}
 	}
 	return &agentv1.Trailer{Entries: st.Files + st.Dirs + st.Symlinks, Bytes: st.Bytes, Files: files}
 }

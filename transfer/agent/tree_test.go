@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"os"
 	"path/filepath"
@@ -74,9 +73,9 @@ func makeTar(t *testing.T, entries ...tarEntry) ([]byte, *agentv1.Trailer) {
 		}
 		tr.Entries++
 		if h.Typeflag == tar.TypeReg {
-			sum := sha256.Sum256([]byte(e.data))
+			sum := transfer.DigestOf([]byte(e.data))
 			tr.Bytes += h.Size
-			tr.Files = append(tr.Files, &agentv1.FileDigest{Name: filepath.Clean(e.name), Size: h.Size, Sha256: sum[:]})
+			tr.Files = append(tr.Files, &agentv1.FileDigest{Name: filepath.Clean(e.name), Size: h.Size, Digest: sum[:]})
 		}
 	}
 	if err := tw.Close(); err != nil {
@@ -101,7 +100,7 @@ func treeTar(t *testing.T, dir string) ([]byte, *agentv1.Trailer) {
 	st := w.Stats()
 	tr := &agentv1.Trailer{Entries: st.Files + st.Dirs + st.Symlinks, Bytes: st.Bytes}
 	for _, d := range w.Digests() {
-		tr.Files = append(tr.Files, &agentv1.FileDigest{Name: d.Name, Size: d.Size, Sha256: bytes.Clone(d.SHA256[:])})
+		tr.Files = append(tr.Files, &agentv1.FileDigest{Name: d.Name, Size: d.Size, Digest: bytes.Clone(d.Sum[:])})
 	}
 	return buf.Bytes(), tr
 }

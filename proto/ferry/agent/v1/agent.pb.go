@@ -812,10 +812,12 @@ func (x *Trailer) GetFiles() []*FileDigest {
 }
 
 type FileDigest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	Sha256        []byte                 `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Size  int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// Digest is the XXH3-128 of the file's data, big-endian (see
+	// transfer.FileDigest); field 3 carried a SHA-256 before.
+	Digest        []byte `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -864,9 +866,9 @@ func (x *FileDigest) GetSize() int64 {
 	return 0
 }
 
-func (x *FileDigest) GetSha256() []byte {
+func (x *FileDigest) GetDigest() []byte {
 	if x != nil {
-		return x.Sha256
+		return x.Digest
 	}
 	return nil
 }
@@ -2020,7 +2022,7 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"FileDigest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\fR\x06sha256\"\x82\x01\n" +
+	"\x06digest\x18\x03 \x01(\fR\x06digest\"\x82\x01\n" +
 	"\x05Stats\x12\x14\n" +
 	"\x05files\x18\x01 \x01(\x03R\x05files\x12\x12\n" +
 	"\x04dirs\x18\x02 \x01(\x03R\x04dirs\x12\x1a\n" +
