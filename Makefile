@@ -43,9 +43,10 @@ agent: deps
 		if [ $$size -gt $(AGENT_MAX) ]; then echo "agent linux/$$a: $$size bytes compressed, over the 4 MiB budget" >&2; exit 1; fi; \
 	done
 
-# deps installs the packages above when one is missing. apt-get needs root;
-# elsewhere it says what to install and goes on (tests that need a missing
-# peer skip outside CI and fail inside it).
+# deps installs the packages above when one is missing, and versitygw (the
+# S3-compatible server the session store's S3 tests start) with go install.
+# apt-get needs root; elsewhere it says what to install and goes on (tests
+# that need a missing peer skip outside CI and fail inside it).
 deps:
 	@missing=""; \
 	command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
@@ -65,6 +66,11 @@ deps:
 			echo "missing:$$missing (run as root, or: sudo apt-get install -y$$missing)"; \
 		fi; \
 	fi
+	@gobin=$$($(GO) env GOBIN); [ -n "$$gobin" ] || gobin=$$($(GO) env GOPATH | cut -d: -f1)/bin; \
+	command -v versitygw >/dev/null 2>&1 || [ -x "$$gobin/versitygw" ] || { \
+		echo "installing: versitygw v1.8.0 (the S3 server of the session store tests)"; \
+		$(GO) install github.com/versity/versitygw/cmd/versitygw@v1.8.0; \
+	}
 
 vet:
 	$(GO) vet ./...

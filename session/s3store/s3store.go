@@ -1,0 +1,341 @@
+package s3store
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/ferry-dev/ferry/session"
+)
+
+// ErrNoConditionalWrites is the error of an exclusive Put on a server that
+// does not honour If-None-Match: *, where the create could race.
+var ErrNoConditionalWrites = errors.New("s3store: server does not support conditional writes (If-None-Match)")
+
+const (
+	// probeMark starts the names of New's probe objects, which List hides
+	// and Put refuses.
+	probeMark = ".ferry-probe-"
+	// memMax is the largest body a Put holds in memory; a larger one is
+	// spooled to a temporary file.
+	memMax = 16 << 20
+	// maxSize is the largest object one PUT can store.
+	maxSize = 5 << 30
+	// conflictRetries bounds the retries of an exclusive Put that got 409
+	// ConditionalRequestConflict (a concurrent conditional write on AWS).
+	conflictRetries = 5
+)
+
+// Backend is a session.Backend on one bucket and prefix of an
+// S3-compatible server.
+type Backend struct {
+	client      *minio.Client
+	bucket      string
+	prefix      string // "" or ending in "/"
+	conditional bool
+}
+
+var _ session.Backend = (*Backend)(nil)
+
+// New connects to the bucket of c, which must exist, and probes whether
+// the server honours conditional creates by putting one probe object
+// under the prefix twice with If-None-Match: * (then deleting it).
+func New(ctx context.Context, c Config) (*Backend, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	host, secure, err := endpointOf(c.Endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("s3store: %w", err)
+	}
+	prefix, err := prefixOf(c.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("s3store: %w", err)
+	}
+	client, err := minio.New(host, &minio.Options{
+		Creds:     credentials.NewStaticV4(c.AccessKeyID, c.SecretAccessKey, c.SessionToken),
+		Secure:    secure,
+		Region:    c.Region,
+		Transport: c.Transport,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("s3store: open %s: %w", host, err)
+	}
+	b := &Backend{client: client, bucket: c.Bucket, prefix: prefix}
+	ok, err := client.BucketExists(ctx, c.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("s3store: open bucket %s: %w", c.Bucket, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("s3store: open bucket %s: %w", c.Bucket, fs.ErrNotExist)
+	}
+	if b.conditional, err = b.probe(ctx); err != nil {
+		return nil, fmt.Errorf("s3store: probe conditional writes in %s: %w", c.Bucket, err)
+	}
+	return b, nil
+}
+
+// ConditionalWrites reports whether the server honours If-None-Match: *,
+// that is whether an exclusive Put can succeed.
+func (b *Backend) ConditionalWrites() bool { return b.conditional }
+
+// probe creates a fresh object twice with If-None-Match: *; the server
+// honours the condition if the second create fails with 412.
+func (b *Backend) probe(ctx context.Context) (bool, error) {
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	key := b.prefix + probeMark + hex.EncodeToString(rnd[:])
+	defer b.client.RemoveObject(context.WithoutCancel(ctx), b.bucket, key, minio.RemoveObjectOptions{})
+	for i := range 2 {
+		err := b.putObject(ctx, key, bytes.NewReader(nil), 0, true)
+		switch {
+		case i == 1 && err == nil:
+			return false, nil
+		case isPrecondition(err):
+			return i == 1, nil
+		case isStatus(err, http.StatusNotImplemented):
+			return false, nil
+		case err != nil:
+			return false, err
+		}
+	}
+	panic("unreachable")
+}
+
+func (b *Backend) key(name string) string { return b.prefix + name }
+
+// validName reports whether name is a clean relative slash path.
+func validName(name string) bool {
+	return fs.ValidPath(name) && name != "." && !strings.ContainsRune(name, '\\')
+}
+
+func check(op, name string) error {
+	if !validName(name) || strings.HasPrefix(name, probeMark) {
+		return &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	}
+	return nil
+}
+
+// Get implements session.Backend.
+func (b *Backend) Get(ctx context.Context, name string) (io.ReadCloser, error) {
+	if err := check("get", name); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	obj, err := b.client.GetObject(ctx, b.bucket, b.key(name), minio.GetObjectOptions{})
+	if err != nil {
+		return nil, pathError("get", name, err)
+	}
+	// Stat makes the request and reports a missing object now, not at
+	// the first Read.
+	if _, err := obj.Stat(); err != nil {
+		obj.Close()
+		return nil, pathError("get", name, err)
+	}
+	return obj, nil
+}
+
+// Put implements session.Backend.
+func (b *Backend) Put(ctx context.Context, name string, r io.Reader, exclusive bool) error {
+	if err := check("put", name); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if exclusive && !b.conditional {
+		return pathError("put", name, ErrNoConditionalWrites)
+	}
+	body, size, done, err := spool(ctx, r)
+	if err != nil {
+		return pathError("put", name, err)
+	}
+	defer done()
+	for try := 0; ; try++ {
+		err = b.putObject(ctx, b.key(name), body, size, exclusive)
+		if !exclusive || !isConflict(err) || try == conflictRetries {
+			break
+		}
+		if _, err := body.Seek(0, io.SeekStart); err != nil {
+			return pathError("put", name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return pathError("put", name, ctx.Err())
+		case <-time.After(time.Duration(10<<try) * time.Millisecond):
+		}
+	}
+	if err != nil {
+		return pathError("put", name, err)
+	}
+	return nil
+}
+
+// putObject stores key in one PUT, created only if absent when exclusive.
+func (b *Backend) putObject(ctx context.Context, key string, body io.Reader, size int64, exclusive bool) error {
+	opts := minio.PutObjectOptions{DisableMultipart: true, ContentType: "application/octet-stream"}
+	if exclusive {
+		opts.SetMatchETagExcept("*")
+	}
+	_, err := b.client.PutObject(ctx, b.bucket, key, body, size, opts)
+	return err
+}
+
+// spool reads r to its end, in memory up to memMax bytes and in a
+// temporary file past that, so that a failing reader sends nothing and
+// the body can be resent. done releases the body.
+func spool(ctx context.Context, r io.Reader) (body io.ReadSeeker, size int64, done func(), err error) {
+	r = ctxReader{ctx, r}
+	var buf bytes.Buffer
+	n, err := io.Copy(&buf, io.LimitReader(r, memMax+1))
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if n <= memMax {
+		return bytes.NewReader(buf.Bytes()), n, func() {}, nil
+	}
+	f, err := os.CreateTemp("", "ferry-s3-put-")
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	done = func() { f.Close(); os.Remove(f.Name()) }
+	n, err = io.Copy(f, io.MultiReader(&buf, io.LimitReader(r, maxSize+1-n)))
+	if err == nil && n > maxSize {
+		err = fmt.Errorf("object over the %d bytes of one PUT", int64(maxSize))
+	}
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		done()
+		return nil, 0, nil, err
+	}
+	return f, n, done, nil
+}
+
+// Stat implements session.Backend.
+func (b *Backend) Stat(ctx context.Context, name string) (session.ObjectInfo, error) {
+	if err := check("stat", name); err != nil {
+		return session.ObjectInfo{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return session.ObjectInfo{}, err
+	}
+	oi, err := b.client.StatObject(ctx, b.bucket, b.key(name), minio.StatObjectOptions{})
+	if err != nil {
+		return session.ObjectInfo{}, pathError("stat", name, err)
+	}
+	return session.ObjectInfo{Name: name, Size: oi.Size, ModTime: oi.LastModified}, nil
+}
+
+// List implements session.Backend. It pages through ListObjectsV2 and
+// skips "directory" keys ending in "/", which some servers report.
+func (b *Backend) List(ctx context.Context, prefix string, fn func(session.ObjectInfo) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// Canceling lctx stops minio-go's listing goroutine when fn stops early.
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for oi := range b.client.ListObjects(lctx, b.bucket, minio.ListObjectsOptions{Prefix: b.prefix + prefix, Recursive: true}) {
+		if oi.Err != nil {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("list %s: %w", prefix, oi.Err)
+		}
+		name, ok := strings.CutPrefix(oi.Key, b.prefix)
+		if !ok || strings.HasSuffix(name, "/") || strings.HasPrefix(name, probeMark) || !validName(name) {
+			continue
+		}
+		if err := fn(session.ObjectInfo{Name: name, Size: oi.Size, ModTime: oi.LastModified}); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// Delete implements session.Backend.
+func (b *Backend) Delete(ctx context.Context, name string) error {
+	if err := check("delete", name); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := b.client.RemoveObject(ctx, b.bucket, b.key(name), minio.RemoveObjectOptions{})
+	if err != nil && !isMissing(err) {
+		return pathError("delete", name, err)
+	}
+	return nil
+}
+
+// pathError wraps err for the object name, mapping S3's answers to the
+// fs errors of the session.Backend contract.
+func pathError(op, name string, err error) error {
+	switch {
+	case isMissing(err):
+		err = fmt.Errorf("%w (%v)", fs.ErrNotExist, err)
+	case isPrecondition(err):
+		err = fmt.Errorf("%w (%v)", fs.ErrExist, err)
+	}
+	return &fs.PathError{Op: op, Path: name, Err: err}
+}
+
+func errorResponse(err error) (minio.ErrorResponse, bool) {
+	var er minio.ErrorResponse
+	if errors.As(err, &er) {
+		return er, true
+	}
+	return er, false
+}
+
+func isStatus(err error, code int) bool {
+	er, ok := errorResponse(err)
+	return ok && er.StatusCode == code
+}
+
+// isMissing reports a missing object, not a missing bucket.
+func isMissing(err error) bool {
+	er, ok := errorResponse(err)
+	return ok && er.StatusCode == http.StatusNotFound && er.Code != "NoSuchBucket"
+}
+
+func isPrecondition(err error) bool {
+	er, ok := errorResponse(err)
+	return ok && (er.StatusCode == http.StatusPreconditionFailed || er.Code == "PreconditionFailed")
+}
+
+// isConflict reports AWS's 409 ConditionalRequestConflict: another
+// conditional write of the key was in flight; the advice is to retry.
+func isConflict(err error) bool {
+	er, ok := errorResponse(err)
+	return ok && er.StatusCode == http.StatusConflict && er.Code == "ConditionalRequestConflict"
+}
+
+// ctxReader fails reads once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
