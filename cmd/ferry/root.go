@@ -26,18 +26,19 @@ type streams struct {
 // globals are the flags every command shares (DESIGN.md, "The command
 // line").
 type globals struct {
-	gateway   string
-	ssh       string
-	sshKey    string
-	sshKnown  string
-	sshInsec  bool
-	workspace string
-	json      bool
-	quiet     bool
-	verbose   bool
-	mode      string
-	compress  string
-	store     string
+	gateway    string
+	ssh        string
+	sshKey     string
+	sshKnown   string
+	sshInsec   bool
+	workspace  string
+	json       bool
+	quiet      bool
+	verbose    bool
+	mode       string
+	compress   string
+	store      string
+	s3Endpoint string
 }
 
 // agentBundle is where the agent builds come from: the ones embedded by
@@ -118,7 +119,8 @@ active OpenShell gateway configuration (~/.config/openshell).`,
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log debug detail to stderr")
 	pf.StringVar(&g.mode, "mode", "auto", "how files move: auto (the agent where it runs, else posix), agent, or posix (the sandbox's sh and tar)")
 	pf.StringVar(&g.compress, "compress", "auto", "agent-mode compression: auto (zstd where it pays), zstd, or none")
-	pf.StringVar(&g.store, "store", "", "session store directory (default $FERRY_STORE, else $XDG_STATE_HOME/ferry or ~/.local/state/ferry)")
+	pf.StringVar(&g.s3Endpoint, "s3-endpoint", "", "S3-compatible endpoint URL for an s3:// store (default $AWS_ENDPOINT_URL, else AWS)")
+	pf.StringVar(&g.store, "store", "", "session store: a directory or s3://BUCKET/PREFIX (default $FERRY_STORE, else $XDG_STATE_HOME/ferry or ~/.local/state/ferry)")
 
 	root.AddCommand(newGatewayCmd(g, s), newSandboxCmd(g, s), newExecCmd(g, s), newCpCmd(g, s), newPullCmd(g, s), newRunCmd(g, s), newSessionCmd(g, s))
 	return root

@@ -83,7 +83,7 @@ a time, on stdout with the command's own output (--follow=false: not).`,
 				spec.Sessions = append(spec.Sessions, ferry.SessionMapping{Key: k, Remote: r})
 			}
 			if len(spec.Sessions) > 0 {
-				if spec.Store, err = g.openStore(); err != nil {
+				if spec.Store, err = g.openStore(cmd.Context()); err != nil {
 					return err
 				}
 			}

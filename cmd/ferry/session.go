@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -12,11 +13,14 @@ import (
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/session/local"
+	"github.com/ferry-dev/ferry/session/s3store"
 )
 
 // openStore opens the session store: --store, else $FERRY_STORE, else
-// session.DefaultLocation.
-func (g *globals) openStore() (*session.Store, error) {
+// session.DefaultLocation. A location s3://BUCKET/PREFIX is an
+// S3-compatible store (endpoint --s3-endpoint, else $AWS_ENDPOINT_URL;
+// credentials from the AWS_* variables); anything else is a directory.
+func (g *globals) openStore(ctx context.Context) (*session.Store, error) {
 	loc := g.store
 	if loc == "" {
 		var err error
@@ -24,12 +28,27 @@ func (g *globals) openStore() (*session.Store, error) {
 			return nil, err
 		}
 	}
-	if strings.Contains(loc, "://") {
-		return nil, fmt.Errorf("session store %s: only local directories are supported so far", loc)
-	}
-	b, err := local.NewDir(loc)
-	if err != nil {
-		return nil, err
+	var b session.Backend
+	switch {
+	case strings.HasPrefix(loc, "s3://"):
+		c, err := s3store.ParseURL(loc)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		c.Endpoint = g.s3Endpoint
+		sb, err := s3store.New(ctx, s3store.FromEnv(c))
+		if err != nil {
+			return nil, fmt.Errorf("session store %s: %w", loc, err)
+		}
+		b = sb
+	case strings.Contains(loc, "://"):
+		return nil, usagef("session store %s: want a directory or s3://BUCKET/PREFIX", loc)
+	default:
+		lb, err := local.NewDir(loc)
+		if err != nil {
+			return nil, err
+		}
+		b = lb
 	}
 	return session.New(session.Config{Backend: b})
 }
@@ -105,7 +124,7 @@ seconds, snapshot (the sequence number committed), key and mode.`,
 			if err := session.ValidKey(key); err != nil {
 				return usageError{err}
 			}
-			st, err := g.openStore()
+			st, err := g.openStore(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -165,7 +184,7 @@ mode, and "missing": true when --allow-missing found no snapshot.`,
 			if opts.Seq < 0 {
 				return usagef("--snapshot %d: want a sequence number, 1 or more", opts.Seq)
 			}
-			st, err := g.openStore()
+			st, err := g.openStore(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -214,7 +233,7 @@ one array of objects.`,
 			if err != nil {
 				return err
 			}
-			st, err := g.openStore()
+			st, err := g.openStore(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -253,7 +272,7 @@ corrupt, broken.`,
 			if err != nil {
 				return err
 			}
-			st, err := g.openStore()
+			st, err := g.openStore(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -314,7 +333,7 @@ With neither flag, only such chunks go.`,
 					return usageError{err}
 				}
 			}
-			st, err := g.openStore()
+			st, err := g.openStore(cmd.Context())
 			if err != nil {
 				return err
 			}

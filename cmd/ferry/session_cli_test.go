@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferry-dev/ferry/session/s3store/s3test"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
@@ -132,4 +133,39 @@ func testSessionCLI(t *testing.T, mode string) {
 	if _, err := os.Lstat(filepath.Join(g.Root, "box", "again")); !os.IsNotExist(err) {
 		t.Errorf("restore from a damaged store wrote the target: %v", err)
 	}
+}
+
+// TestSessionS3CLI: the same save, list, restore and verify with the store
+// on a real S3-compatible server (versitygw, started by the test), its
+// endpoint from --s3-endpoint and its credentials from the AWS_* variables.
+func TestSessionS3CLI(t *testing.T) {
+	s3 := s3test.Start(t)
+	g := activeGateway(t)
+	wantOK(t, runFerry(t, nil, "sandbox", "create", "box", "-q"))
+	src := filepath.Join(g.Root, "box", "sess")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tr := transfertest.RandomTree(t, src, 11, transfertest.TreeOptions{Entries: 40})
+	t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", s3.SecretKey)
+	t.Setenv("AWS_REGION", s3.Region)
+	store := []string{"--store", "s3://" + s3.Bucket + "/ferry", "--s3-endpoint", s3.Endpoint}
+
+	r := runFerry(t, nil, append(store, "--json", "session", "save", "box:sess", "task-1")...)
+	wantOK(t, r)
+	if m := decode(t, r.stdout, "files", "snapshot", "mode"); m["files"].(float64) != float64(tr.Files) || m["mode"] != "agent" {
+		t.Errorf("save --json: %s", r.stdout)
+	}
+	r = runFerry(t, nil, append(store, "session", "list", "task-1")...)
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "task-1") {
+		t.Errorf("list: %s", r.stdout)
+	}
+	wantOK(t, runFerry(t, nil, append(store, "-q", "session", "restore", "task-1", "box:restored")...))
+	transfertest.EqualTrees(t, src, filepath.Join(g.Root, "box", "restored"))
+	if r := runFerry(t, nil, append(store, "session", "verify")...); r.code != 0 {
+		t.Fatalf("verify: exit %d: %s %s", r.code, r.stdout, r.stderr)
+	}
+	wantUsage(t, runFerry(t, nil, "--store", "ftp://x/y", "session", "list"), "s3://BUCKET/PREFIX")
 }
