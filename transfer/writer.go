@@ -115,7 +115,7 @@ func (w *Writer) AddRoot(ctx context.Context, src string) error {
 	hdr := &tar.Header{
 		Typeflag: tar.TypeDir,
 		Name:     "./",
-		Mode:     tarMode(fi.Mode()),
+		Mode:     ModeBits(fi.Mode()),
 		ModTime:  fi.ModTime(),
 		Format:   tar.FormatPAX,
 	}
@@ -157,7 +157,7 @@ func (w *Writer) add(ctx context.Context, p, name string, fi fs.FileInfo) error 
 	}
 	hdr := &tar.Header{
 		Name:    name,
-		Mode:    tarMode(fi.Mode()),
+		Mode:    ModeBits(fi.Mode()),
 		ModTime: fi.ModTime(),
 		Format:  tar.FormatPAX,
 	}
@@ -245,9 +245,10 @@ func (w *Writer) HashFiles() {
 // order. The slice is the Writer's own: it grows with later Adds.
 func (w *Writer) Digests() []FileDigest { return w.digests }
 
-// tarMode maps a Go file mode to tar's mode field: permission bits plus
-// setuid (04000), setgid (02000) and sticky (01000).
-func tarMode(m fs.FileMode) int64 {
+// ModeBits maps a Go file mode to the Unix mode bits tar's mode field and
+// the agent protocol carry: permission bits plus setuid (04000), setgid
+// (02000) and sticky (01000).
+func ModeBits(m fs.FileMode) int64 {
 	mode := int64(m.Perm())
 	if m&fs.ModeSetuid != 0 {
 		mode |= 0o4000
@@ -335,7 +336,7 @@ func (w *Writer) WriteEntry(ctx context.Context, h Header, r io.Reader) error {
 		w.err = fmt.Errorf("write entry %q: %w", h.Name, err)
 		return w.err
 	}
-	hdr := &tar.Header{Name: name, Mode: tarMode(h.Mode), ModTime: h.ModTime, Format: tar.FormatPAX}
+	hdr := &tar.Header{Name: name, Mode: ModeBits(h.Mode), ModTime: h.ModTime, Format: tar.FormatPAX}
 	switch h.Kind {
 	case Dir:
 		hdr.Typeflag = tar.TypeDir
@@ -401,4 +402,19 @@ func (w *Writer) copyData(hdr *tar.Header, r io.Reader) error {
 		w.digests = append(w.digests, d)
 	}
 	return nil
+}
+
+// GoMode is the inverse of ModeBits.
+func GoMode(bits int64) fs.FileMode {
+	mode := fs.FileMode(bits & 0o777)
+	if bits&0o4000 != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if bits&0o2000 != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if bits&0o1000 != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode
 }

@@ -59,7 +59,9 @@ type oneListener struct {
 	once   sync.Once
 }
 
-func newOneListener(c net.Conn) *oneListener {
+// ConnListener is a net.Listener whose Accept returns c once and then
+// blocks until Close: a gRPC server serving exactly one stream.
+func ConnListener(c net.Conn) net.Listener {
 	return &oneListener{conn: c, closed: make(chan struct{})}
 }
 

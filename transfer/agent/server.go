@@ -59,7 +59,7 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg ServerConfig) erro
 		once.Do(func() { close(ended) })
 		return nil
 	})
-	lis := newOneListener(conn)
+	lis := ConnListener(conn)
 	gs := grpc.NewServer(serverOptions()...)
 	agentv1.RegisterAgentServer(gs, &server{cfg: cfg, log: log})
 	served := make(chan error, 1)

@@ -80,35 +80,8 @@ func statPath(p string, follow bool) (*agentv1.Entry, error) {
 	return e, nil
 }
 
-// unixMode is the permission bits with setuid (04000), setgid (02000) and
-// sticky (01000), as Entry.mode carries them.
-func unixMode(m fs.FileMode) uint32 {
-	mode := uint32(m.Perm())
-	if m&fs.ModeSetuid != 0 {
-		mode |= 0o4000
-	}
-	if m&fs.ModeSetgid != 0 {
-		mode |= 0o2000
-	}
-	if m&fs.ModeSticky != 0 {
-		mode |= 0o1000
-	}
-	return mode
-}
-
-func goMode(m uint32) fs.FileMode {
-	mode := fs.FileMode(m & 0o777)
-	if m&0o4000 != 0 {
-		mode |= fs.ModeSetuid
-	}
-	if m&0o2000 != 0 {
-		mode |= fs.ModeSetgid
-	}
-	if m&0o1000 != 0 {
-		mode |= fs.ModeSticky
-	}
-	return mode
-}
+// unixMode is transfer.ModeBits as Entry.mode carries it.
+func unixMode(m fs.FileMode) uint32 { return uint32(transfer.ModeBits(m)) }
 
 // Entry is what the agent reports about one path.
 type Entry struct {
@@ -167,7 +140,7 @@ func (c *Client) StatAll(ctx context.Context, paths []string, follow bool) ([]En
 		if k != transfer.Missing {
 			out[i].Size = e.GetSize()
 			out[i].ModTime = time.Unix(0, e.GetMtimeUnixNano())
-			out[i].Mode = goMode(e.GetMode())
+			out[i].Mode = transfer.GoMode(int64(e.GetMode()))
 		}
 	}
 	return out, nil

@@ -29,7 +29,7 @@ func Fake(t testing.TB, impl agentv1.AgentServer) *agent.Client {
 			served <- err
 			return
 		}
-		served <- gs.Serve(&pipeListener{conn: agentEnd, closed: make(chan struct{})})
+		served <- gs.Serve(agent.ConnListener(agentEnd))
 	}()
 	var once sync.Once
 	closeFn := func() error {
@@ -49,30 +49,3 @@ func Fake(t testing.TB, impl agentv1.AgentServer) *agent.Client {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
-
-// pipeListener hands out one connection, then blocks until closed.
-type pipeListener struct {
-	mu     sync.Mutex
-	conn   net.Conn
-	once   sync.Once
-	closed chan struct{}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	l.mu.Lock()
-	c := l.conn
-	l.conn = nil
-	l.mu.Unlock()
-	if c != nil {
-		return c, nil
-	}
-	<-l.closed
-	return nil, net.ErrClosed
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.closed) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return &net.UnixAddr{Name: "fake-agent", Net: "pipe"} }
