@@ -356,3 +356,37 @@ func TestExtractEmptyArchive(t *testing.T) {
 		t.Errorf("dest holds %q", got)
 	}
 }
+
+// TestStagingName: a caller-chosen staging directory is used as named, and
+// a name that is not one StagingPrefix element is refused before anything
+// is written.
+func TestStagingName(t *testing.T) {
+	var archive bytes.Buffer
+	tw := tar.NewWriter(&archive)
+	tw.WriteHeader(&tar.Header{Name: "a", Mode: 0o644, Size: 1, Typeflag: tar.TypeReg})
+	tw.Write([]byte("A"))
+	tw.Close()
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{transfer.StagingPrefix + "0123abcd", true},
+		{"plain", false},
+		{transfer.StagingPrefix, false},
+		{transfer.StagingPrefix + "x/../../evil", false},
+		{"../" + transfer.StagingPrefix + "x", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parent := t.TempDir()
+			_, err := transfer.Extract(context.Background(), bytes.NewReader(archive.Bytes()), filepath.Join(parent, "dest"),
+				transfer.ExtractOptions{Place: transfer.PlaceNew, Staging: tc.name})
+			if tc.ok != (err == nil) {
+				t.Fatalf("err = %v, want ok=%v", err, tc.ok)
+			}
+			ents, _ := os.ReadDir(parent)
+			if want := map[bool]int{true: 1, false: 0}[tc.ok]; len(ents) != want {
+				t.Fatalf("left %v in the parent, want %d entries", ents, want)
+			}
+		})
+	}
+}
