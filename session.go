@@ -190,12 +190,15 @@ type SessionRestoreResult struct {
 
 // RestoreSession writes snapshot opts.Seq (the newest if 0) of key into
 // the directory remoteDir of the sandbox, with its modes, nanosecond
-// mtimes, symlinks and empty directories. Every chunk the snapshot needs
-// is read and checked before the sandbox is touched: a missing or corrupt
-// one fails the restore with a *session.IntegrityError and nothing
-// written. The tree then streams through the remote from the store (each
-// chunk checked again as it is sent) and is placed only once the sandbox
-// has checked the whole stream.
+// mtimes, symlinks and empty directories. A chunk the snapshot needs that
+// is missing from the store fails the restore before the sandbox is
+// touched, with a *session.IntegrityError. In agent mode the chunks travel
+// as stored (compressed) and the agent checks each one's content against
+// its id before writing any of it; in POSIX mode the host reads and checks
+// them all first, then streams the tree as tar. Either way a corrupt chunk
+// fails the restore with a *session.IntegrityError naming it, and the tree
+// is placed only once the sandbox has checked the whole of it: nothing is
+// written to remoteDir.
 //
 // A missing remoteDir is created (0700, with its parents); an empty one
 // receives the tree. A non-empty one is refused with an error matching
@@ -249,7 +252,14 @@ func restoreSession(ctx context.Context, sb Sandbox, r remote, st *session.Store
 	if err != nil {
 		return SessionRestoreResult{}, fmt.Errorf("restore session %s: %w", key, err)
 	}
-	if err := st.Check(ctx, m); err != nil {
+	ar, viaAgent := r.(agentRemote)
+	// The agent checks every chunk's content before writing it; POSIX
+	// mode's tar cannot, so the host reads and checks them all first.
+	check := st.Check
+	if viaAgent {
+		check = st.CheckPresent
+	}
+	if err := check(ctx, m); err != nil {
 		return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: nothing written: %w", key, sb.Name, remoteDir, err)
 	}
 	state := "missing"
@@ -277,8 +287,13 @@ func restoreSession(ctx context.Context, sb Sandbox, r remote, st *session.Store
 	default:
 		return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, sb.Name, remoteDir, ErrNotDir)
 	}
-	fill := func(w *transfer.Writer) error { return writeSnapshot(ctx, st, m, w, place == transfer.PlaceNew) }
-	cs, err := r.uploadStream(ctx, fill, dest, place, m.Files+m.Dirs+m.Symlinks)
+	var cs CopyStats
+	if viaAgent {
+		cs, err = ar.restoreSnapshot(ctx, st, m, dest, place)
+	} else {
+		fill := func(w *transfer.Writer) error { return writeSnapshot(ctx, st, m, w, place == transfer.PlaceNew) }
+		cs, err = r.uploadStream(ctx, fill, dest, place, m.Files+m.Dirs+m.Symlinks)
+	}
 	if err != nil {
 		return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, sb.Name, remoteDir, err)
 	}

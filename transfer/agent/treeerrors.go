@@ -32,6 +32,7 @@ var reasons = []struct {
 	{transfer.ErrLimit, "LIMIT", codes.ResourceExhausted},
 	{transfer.ErrTruncated, "TRUNCATED", codes.DataLoss},
 	{transfer.ErrShort, "SHORT", codes.DataLoss},
+	{ErrChunk, "CHUNK", codes.DataLoss},
 	{transfer.ErrDigest, "DIGEST", codes.DataLoss},
 	{syscall.ENOTDIR, "NOT_DIR", codes.FailedPrecondition},
 	{fs.ErrNotExist, "NOT_EXIST", codes.NotFound},
@@ -62,6 +63,9 @@ func toStatus(err error) error {
 	if ee := (*transfer.EntryError)(nil); errors.As(err, &ee) && ee.Entry != "" {
 		info.Metadata = map[string]string{"entry": ee.Entry}
 	}
+	if meta := chunkMeta(err); meta != nil {
+		info.Metadata = meta
+	}
 	st := status.New(code, err.Error())
 	if info.Reason == "" && info.Metadata == nil {
 		return st.Err()
@@ -88,6 +92,7 @@ type RemoteError struct {
 	// Entry is the archive entry at fault, when the agent named one.
 	Entry string
 	kind  error
+	chunk string // a Restore chunk's position, when the agent refused one
 }
 
 func (e *RemoteError) Error() string {
@@ -122,6 +127,7 @@ func fromStatus(err error) error {
 			continue
 		}
 		e.Entry = info.GetMetadata()["entry"]
+		e.chunk = info.GetMetadata()[chunkIndex]
 		for _, r := range reasons {
 			if r.reason == info.GetReason() {
 				e.kind = r.err

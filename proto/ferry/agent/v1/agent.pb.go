@@ -1969,6 +1969,319 @@ func (x *ReadChunksResponse) GetZstd() bool {
 	return false
 }
 
+type RestoreRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*RestoreRequest_Header
+	//	*RestoreRequest_Entries
+	//	*RestoreRequest_Chunk
+	Msg           isRestoreRequest_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreRequest) Reset() {
+	*x = RestoreRequest{}
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreRequest) ProtoMessage() {}
+
+func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
+func (*RestoreRequest) Descriptor() ([]byte, []int) {
+	return file_ferry_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RestoreRequest) GetMsg() isRestoreRequest_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *RestoreRequest) GetHeader() *RestoreHeader {
+	if x != nil {
+		if x, ok := x.Msg.(*RestoreRequest_Header); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *RestoreRequest) GetEntries() *RestoreEntries {
+	if x != nil {
+		if x, ok := x.Msg.(*RestoreRequest_Entries); ok {
+			return x.Entries
+		}
+	}
+	return nil
+}
+
+func (x *RestoreRequest) GetChunk() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*RestoreRequest_Chunk); ok {
+			return x.Chunk
+		}
+	}
+	return nil
+}
+
+type isRestoreRequest_Msg interface {
+	isRestoreRequest_Msg()
+}
+
+type RestoreRequest_Header struct {
+	Header *RestoreHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type RestoreRequest_Entries struct {
+	Entries *RestoreEntries `protobuf:"bytes,2,opt,name=entries,proto3,oneof"`
+}
+
+type RestoreRequest_Chunk struct {
+	// Chunk is the next chunk the entries reference, as one zstd frame.
+	Chunk []byte `protobuf:"bytes,3,opt,name=chunk,proto3,oneof"`
+}
+
+func (*RestoreRequest_Header) isRestoreRequest_Msg() {}
+
+func (*RestoreRequest_Entries) isRestoreRequest_Msg() {}
+
+func (*RestoreRequest_Chunk) isRestoreRequest_Msg() {}
+
+type RestoreHeader struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Dest    string                 `protobuf:"bytes,1,opt,name=dest,proto3" json:"dest,omitempty"`
+	Place   Placement              `protobuf:"varint,2,opt,name=place,proto3,enum=ferry.agent.v1.Placement" json:"place,omitempty"`
+	Limits  *Limits                `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
+	Staging string                 `protobuf:"bytes,4,opt,name=staging,proto3" json:"staging,omitempty"`
+	// Entries is how many entries follow, all before the first chunk.
+	Entries       int64 `protobuf:"varint,5,opt,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreHeader) Reset() {
+	*x = RestoreHeader{}
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreHeader) ProtoMessage() {}
+
+func (x *RestoreHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreHeader.ProtoReflect.Descriptor instead.
+func (*RestoreHeader) Descriptor() ([]byte, []int) {
+	return file_ferry_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RestoreHeader) GetDest() string {
+	if x != nil {
+		return x.Dest
+	}
+	return ""
+}
+
+func (x *RestoreHeader) GetPlace() Placement {
+	if x != nil {
+		return x.Place
+	}
+	return Placement_PLACEMENT_UNSPECIFIED
+}
+
+func (x *RestoreHeader) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *RestoreHeader) GetStaging() string {
+	if x != nil {
+		return x.Staging
+	}
+	return ""
+}
+
+func (x *RestoreHeader) GetEntries() int64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+type RestoreEntries struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*RestoreEntry        `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreEntries) Reset() {
+	*x = RestoreEntries{}
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreEntries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreEntries) ProtoMessage() {}
+
+func (x *RestoreEntries) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreEntries.ProtoReflect.Descriptor instead.
+func (*RestoreEntries) Descriptor() ([]byte, []int) {
+	return file_ferry_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RestoreEntries) GetEntries() []*RestoreEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type RestoreEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Kind          Kind                   `protobuf:"varint,2,opt,name=kind,proto3,enum=ferry.agent.v1.Kind" json:"kind,omitempty"`
+	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	MtimeUnixNano int64                  `protobuf:"varint,4,opt,name=mtime_unix_nano,json=mtimeUnixNano,proto3" json:"mtime_unix_nano,omitempty"`
+	Size          int64                  `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	Target        string                 `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
+	// Chunks are a file's content in order; their offsets are unused.
+	Chunks        []*ChunkInfo `protobuf:"bytes,7,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreEntry) Reset() {
+	*x = RestoreEntry{}
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreEntry) ProtoMessage() {}
+
+func (x *RestoreEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_agent_v1_agent_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreEntry.ProtoReflect.Descriptor instead.
+func (*RestoreEntry) Descriptor() ([]byte, []int) {
+	return file_ferry_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RestoreEntry) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *RestoreEntry) GetKind() Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Kind_KIND_MISSING
+}
+
+func (x *RestoreEntry) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *RestoreEntry) GetMtimeUnixNano() int64 {
+	if x != nil {
+		return x.MtimeUnixNano
+	}
+	return 0
+}
+
+func (x *RestoreEntry) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *RestoreEntry) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *RestoreEntry) GetChunks() []*ChunkInfo {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
 var File_ferry_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_ferry_agent_v1_agent_proto_rawDesc = "" +
@@ -2094,7 +2407,28 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\x12ReadChunksResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x12\n" +
-	"\x04zstd\x18\x03 \x01(\bR\x04zstd*W\n" +
+	"\x04zstd\x18\x03 \x01(\bR\x04zstd\"\xa4\x01\n" +
+	"\x0eRestoreRequest\x127\n" +
+	"\x06header\x18\x01 \x01(\v2\x1d.ferry.agent.v1.RestoreHeaderH\x00R\x06header\x12:\n" +
+	"\aentries\x18\x02 \x01(\v2\x1e.ferry.agent.v1.RestoreEntriesH\x00R\aentries\x12\x16\n" +
+	"\x05chunk\x18\x03 \x01(\fH\x00R\x05chunkB\x05\n" +
+	"\x03msg\"\xb8\x01\n" +
+	"\rRestoreHeader\x12\x12\n" +
+	"\x04dest\x18\x01 \x01(\tR\x04dest\x12/\n" +
+	"\x05place\x18\x02 \x01(\x0e2\x19.ferry.agent.v1.PlacementR\x05place\x12.\n" +
+	"\x06limits\x18\x03 \x01(\v2\x16.ferry.agent.v1.LimitsR\x06limits\x12\x18\n" +
+	"\astaging\x18\x04 \x01(\tR\astaging\x12\x18\n" +
+	"\aentries\x18\x05 \x01(\x03R\aentries\"H\n" +
+	"\x0eRestoreEntries\x126\n" +
+	"\aentries\x18\x01 \x03(\v2\x1c.ferry.agent.v1.RestoreEntryR\aentries\"\xe7\x01\n" +
+	"\fRestoreEntry\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12(\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x14.ferry.agent.v1.KindR\x04kind\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\x12&\n" +
+	"\x0fmtime_unix_nano\x18\x04 \x01(\x03R\rmtimeUnixNano\x12\x12\n" +
+	"\x04size\x18\x05 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06target\x18\x06 \x01(\tR\x06target\x121\n" +
+	"\x06chunks\x18\a \x03(\v2\x19.ferry.agent.v1.ChunkInfoR\x06chunks*W\n" +
 	"\x04Kind\x12\x10\n" +
 	"\fKIND_MISSING\x10\x00\x12\f\n" +
 	"\bKIND_DIR\x10\x01\x12\r\n" +
@@ -2110,7 +2444,7 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\vCompression\x12\x14\n" +
 	"\x10COMPRESSION_AUTO\x10\x00\x12\x14\n" +
 	"\x10COMPRESSION_ZSTD\x10\x01\x12\x14\n" +
-	"\x10COMPRESSION_NONE\x10\x022\xc4\x04\n" +
+	"\x10COMPRESSION_NONE\x10\x022\x8e\x05\n" +
 	"\x05Agent\x12D\n" +
 	"\x05Probe\x12\x1c.ferry.agent.v1.ProbeRequest\x1a\x1d.ferry.agent.v1.ProbeResponse\x12A\n" +
 	"\x04Stat\x12\x1b.ferry.agent.v1.StatRequest\x1a\x1c.ferry.agent.v1.StatResponse\x12@\n" +
@@ -2120,7 +2454,8 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\x06Remove\x12\x1d.ferry.agent.v1.RemoveRequest\x1a\x1e.ferry.agent.v1.RemoveResponse\x12C\n" +
 	"\x04Scan\x12\x1b.ferry.agent.v1.ScanRequest\x1a\x1c.ferry.agent.v1.ScanResponse0\x01\x12U\n" +
 	"\n" +
-	"ReadChunks\x12!.ferry.agent.v1.ReadChunksRequest\x1a\".ferry.agent.v1.ReadChunksResponse0\x01B9Z7github.com/ferry-dev/ferry/proto/ferry/agent/v1;agentv1b\x06proto3"
+	"ReadChunks\x12!.ferry.agent.v1.ReadChunksRequest\x1a\".ferry.agent.v1.ReadChunksResponse0\x01\x12H\n" +
+	"\aRestore\x12\x1e.ferry.agent.v1.RestoreRequest\x1a\x1b.ferry.agent.v1.PutResponse(\x01B9Z7github.com/ferry-dev/ferry/proto/ferry/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_ferry_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -2135,7 +2470,7 @@ func file_ferry_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_ferry_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_ferry_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_ferry_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_ferry_agent_v1_agent_proto_goTypes = []any{
 	(Kind)(0),                  // 0: ferry.agent.v1.Kind
 	(Placement)(0),             // 1: ferry.agent.v1.Placement
@@ -2168,6 +2503,10 @@ var file_ferry_agent_v1_agent_proto_goTypes = []any{
 	(*ReadChunksRequest)(nil),  // 28: ferry.agent.v1.ReadChunksRequest
 	(*ChunkRead)(nil),          // 29: ferry.agent.v1.ChunkRead
 	(*ReadChunksResponse)(nil), // 30: ferry.agent.v1.ReadChunksResponse
+	(*RestoreRequest)(nil),     // 31: ferry.agent.v1.RestoreRequest
+	(*RestoreHeader)(nil),      // 32: ferry.agent.v1.RestoreHeader
+	(*RestoreEntries)(nil),     // 33: ferry.agent.v1.RestoreEntries
+	(*RestoreEntry)(nil),       // 34: ferry.agent.v1.RestoreEntry
 }
 var file_ferry_agent_v1_agent_proto_depIdxs = []int32{
 	7,  // 0: ferry.agent.v1.StatResponse.entries:type_name -> ferry.agent.v1.Entry
@@ -2188,27 +2527,36 @@ var file_ferry_agent_v1_agent_proto_depIdxs = []int32{
 	27, // 15: ferry.agent.v1.ScanEntry.chunks:type_name -> ferry.agent.v1.ChunkInfo
 	29, // 16: ferry.agent.v1.ReadChunksRequest.reads:type_name -> ferry.agent.v1.ChunkRead
 	2,  // 17: ferry.agent.v1.ReadChunksRequest.compression:type_name -> ferry.agent.v1.Compression
-	3,  // 18: ferry.agent.v1.Agent.Probe:input_type -> ferry.agent.v1.ProbeRequest
-	5,  // 19: ferry.agent.v1.Agent.Stat:input_type -> ferry.agent.v1.StatRequest
-	9,  // 20: ferry.agent.v1.Agent.Put:input_type -> ferry.agent.v1.PutRequest
-	15, // 21: ferry.agent.v1.Agent.Get:input_type -> ferry.agent.v1.GetRequest
-	17, // 22: ferry.agent.v1.Agent.Follow:input_type -> ferry.agent.v1.FollowRequest
-	20, // 23: ferry.agent.v1.Agent.Remove:input_type -> ferry.agent.v1.RemoveRequest
-	22, // 24: ferry.agent.v1.Agent.Scan:input_type -> ferry.agent.v1.ScanRequest
-	28, // 25: ferry.agent.v1.Agent.ReadChunks:input_type -> ferry.agent.v1.ReadChunksRequest
-	4,  // 26: ferry.agent.v1.Agent.Probe:output_type -> ferry.agent.v1.ProbeResponse
-	6,  // 27: ferry.agent.v1.Agent.Stat:output_type -> ferry.agent.v1.StatResponse
-	14, // 28: ferry.agent.v1.Agent.Put:output_type -> ferry.agent.v1.PutResponse
-	16, // 29: ferry.agent.v1.Agent.Get:output_type -> ferry.agent.v1.GetResponse
-	19, // 30: ferry.agent.v1.Agent.Follow:output_type -> ferry.agent.v1.FollowResponse
-	21, // 31: ferry.agent.v1.Agent.Remove:output_type -> ferry.agent.v1.RemoveResponse
-	25, // 32: ferry.agent.v1.Agent.Scan:output_type -> ferry.agent.v1.ScanResponse
-	30, // 33: ferry.agent.v1.Agent.ReadChunks:output_type -> ferry.agent.v1.ReadChunksResponse
-	26, // [26:34] is the sub-list for method output_type
-	18, // [18:26] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	32, // 18: ferry.agent.v1.RestoreRequest.header:type_name -> ferry.agent.v1.RestoreHeader
+	33, // 19: ferry.agent.v1.RestoreRequest.entries:type_name -> ferry.agent.v1.RestoreEntries
+	1,  // 20: ferry.agent.v1.RestoreHeader.place:type_name -> ferry.agent.v1.Placement
+	8,  // 21: ferry.agent.v1.RestoreHeader.limits:type_name -> ferry.agent.v1.Limits
+	34, // 22: ferry.agent.v1.RestoreEntries.entries:type_name -> ferry.agent.v1.RestoreEntry
+	0,  // 23: ferry.agent.v1.RestoreEntry.kind:type_name -> ferry.agent.v1.Kind
+	27, // 24: ferry.agent.v1.RestoreEntry.chunks:type_name -> ferry.agent.v1.ChunkInfo
+	3,  // 25: ferry.agent.v1.Agent.Probe:input_type -> ferry.agent.v1.ProbeRequest
+	5,  // 26: ferry.agent.v1.Agent.Stat:input_type -> ferry.agent.v1.StatRequest
+	9,  // 27: ferry.agent.v1.Agent.Put:input_type -> ferry.agent.v1.PutRequest
+	15, // 28: ferry.agent.v1.Agent.Get:input_type -> ferry.agent.v1.GetRequest
+	17, // 29: ferry.agent.v1.Agent.Follow:input_type -> ferry.agent.v1.FollowRequest
+	20, // 30: ferry.agent.v1.Agent.Remove:input_type -> ferry.agent.v1.RemoveRequest
+	22, // 31: ferry.agent.v1.Agent.Scan:input_type -> ferry.agent.v1.ScanRequest
+	28, // 32: ferry.agent.v1.Agent.ReadChunks:input_type -> ferry.agent.v1.ReadChunksRequest
+	31, // 33: ferry.agent.v1.Agent.Restore:input_type -> ferry.agent.v1.RestoreRequest
+	4,  // 34: ferry.agent.v1.Agent.Probe:output_type -> ferry.agent.v1.ProbeResponse
+	6,  // 35: ferry.agent.v1.Agent.Stat:output_type -> ferry.agent.v1.StatResponse
+	14, // 36: ferry.agent.v1.Agent.Put:output_type -> ferry.agent.v1.PutResponse
+	16, // 37: ferry.agent.v1.Agent.Get:output_type -> ferry.agent.v1.GetResponse
+	19, // 38: ferry.agent.v1.Agent.Follow:output_type -> ferry.agent.v1.FollowResponse
+	21, // 39: ferry.agent.v1.Agent.Remove:output_type -> ferry.agent.v1.RemoveResponse
+	25, // 40: ferry.agent.v1.Agent.Scan:output_type -> ferry.agent.v1.ScanResponse
+	30, // 41: ferry.agent.v1.Agent.ReadChunks:output_type -> ferry.agent.v1.ReadChunksResponse
+	14, // 42: ferry.agent.v1.Agent.Restore:output_type -> ferry.agent.v1.PutResponse
+	34, // [34:43] is the sub-list for method output_type
+	25, // [25:34] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_ferry_agent_v1_agent_proto_init() }
@@ -2225,13 +2573,18 @@ func file_ferry_agent_v1_agent_proto_init() {
 		(*GetResponse_Data)(nil),
 		(*GetResponse_Trailer)(nil),
 	}
+	file_ferry_agent_v1_agent_proto_msgTypes[28].OneofWrappers = []any{
+		(*RestoreRequest_Header)(nil),
+		(*RestoreRequest_Entries)(nil),
+		(*RestoreRequest_Chunk)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_agent_v1_agent_proto_rawDesc), len(file_ferry_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   28,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

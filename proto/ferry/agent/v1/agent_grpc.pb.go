@@ -38,6 +38,7 @@ const (
 	Agent_Remove_FullMethodName     = "/ferry.agent.v1.Agent/Remove"
 	Agent_Scan_FullMethodName       = "/ferry.agent.v1.Agent/Scan"
 	Agent_ReadChunks_FullMethodName = "/ferry.agent.v1.Agent/ReadChunks"
+	Agent_Restore_FullMethodName    = "/ferry.agent.v1.Agent/Restore"
 )
 
 // AgentClient is the client API for Agent service.
@@ -71,6 +72,14 @@ type AgentClient interface {
 	// order, each checked against its digest first: a file that changed
 	// since the Scan fails the call.
 	ReadChunks(ctx context.Context, in *ReadChunksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadChunksResponse], error)
+	// Restore builds a tree from content-addressed chunks and places it like
+	// Put: a header, the tree's entries, then every chunk the files
+	// reference, in order of reference, each as stored (one zstd frame). The
+	// agent checks each chunk's SHA-256 against its id before any of its
+	// bytes are written, so that a damaged store never leaves a wrong file,
+	// and sending stored chunks as they are spares the host decompressing
+	// and recompressing the whole tree.
+	Restore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RestoreRequest, PutResponse], error)
 }
 
 type agentClient struct {
@@ -200,6 +209,19 @@ func (c *agentClient) ReadChunks(ctx context.Context, in *ReadChunksRequest, opt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Agent_ReadChunksClient = grpc.ServerStreamingClient[ReadChunksResponse]
 
+func (c *agentClient) Restore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RestoreRequest, PutResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Agent_ServiceDesc.Streams[5], Agent_Restore_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RestoreRequest, PutResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Agent_RestoreClient = grpc.ClientStreamingClient[RestoreRequest, PutResponse]
+
 // AgentServer is the server API for Agent service.
 // All implementations must embed UnimplementedAgentServer
 // for forward compatibility.
@@ -231,6 +253,14 @@ type AgentServer interface {
 	// order, each checked against its digest first: a file that changed
 	// since the Scan fails the call.
 	ReadChunks(*ReadChunksRequest, grpc.ServerStreamingServer[ReadChunksResponse]) error
+	// Restore builds a tree from content-addressed chunks and places it like
+	// Put: a header, the tree's entries, then every chunk the files
+	// reference, in order of reference, each as stored (one zstd frame). The
+	// agent checks each chunk's SHA-256 against its id before any of its
+	// bytes are written, so that a damaged store never leaves a wrong file,
+	// and sending stored chunks as they are spares the host decompressing
+	// and recompressing the whole tree.
+	Restore(grpc.ClientStreamingServer[RestoreRequest, PutResponse]) error
 	mustEmbedUnimplementedAgentServer()
 }
 
@@ -264,6 +294,9 @@ func (UnimplementedAgentServer) Scan(*ScanRequest, grpc.ServerStreamingServer[Sc
 }
 func (UnimplementedAgentServer) ReadChunks(*ReadChunksRequest, grpc.ServerStreamingServer[ReadChunksResponse]) error {
 	return status.Error(codes.Unimplemented, "method ReadChunks not implemented")
+}
+func (UnimplementedAgentServer) Restore(grpc.ClientStreamingServer[RestoreRequest, PutResponse]) error {
+	return status.Error(codes.Unimplemented, "method Restore not implemented")
 }
 func (UnimplementedAgentServer) mustEmbedUnimplementedAgentServer() {}
 func (UnimplementedAgentServer) testEmbeddedByValue()               {}
@@ -391,6 +424,13 @@ func _Agent_ReadChunks_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Agent_ReadChunksServer = grpc.ServerStreamingServer[ReadChunksResponse]
 
+func _Agent_Restore_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AgentServer).Restore(&grpc.GenericServerStream[RestoreRequest, PutResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Agent_RestoreServer = grpc.ClientStreamingServer[RestoreRequest, PutResponse]
+
 // Agent_ServiceDesc is the grpc.ServiceDesc for Agent service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -436,6 +476,11 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "ReadChunks",
 			Handler:       _Agent_ReadChunks_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Restore",
+			Handler:       _Agent_Restore_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "ferry/agent/v1/agent.proto",

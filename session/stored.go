@@ -1,0 +1,64 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+)
+
+// ReadStored returns chunk id as the store keeps it (one zstd frame), in
+// buf's storage when it fits, without decoding or checking it: for a
+// reader that checks it elsewhere, such as the sandbox's agent during a
+// restore. A missing chunk matches ErrChunkMissing; one over the stored
+// size bound matches ErrChunkCorrupt.
+func (s *Store) ReadStored(ctx context.Context, id ID, buf []byte) ([]byte, error) {
+	r, err := s.b.Get(ctx, chunkName(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read chunk %s: %w", id, ErrChunkMissing)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read chunk %s: %w", id, err)
+	}
+	defer r.Close()
+	out := buf[:0]
+	if cap(out) < maxStoredChunk+1 {
+		out = make([]byte, 0, maxStoredChunk+1)
+	}
+	for len(out) < cap(out) {
+		n, err := r.Read(out[len(out):cap(out)])
+		out = out[:len(out)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read chunk %s: %w", id, err)
+		}
+	}
+	if len(out) > maxStoredChunk {
+		return nil, fmt.Errorf("read chunk %s: %w: over %d bytes stored", id, ErrChunkCorrupt, maxStoredChunk)
+	}
+	return out, nil
+}
+
+// CheckPresent looks up every chunk m references, without reading them,
+// and returns an *IntegrityError listing the missing ones, or another
+// error if the backend fails. It is the cheap half of Check, for a
+// restore whose receiver checks the chunks' content itself.
+func (s *Store) CheckPresent(ctx context.Context, m *Manifest) error {
+	ie := &IntegrityError{Key: m.Key, Seq: m.Seq}
+	for _, id := range chunkSet(m) {
+		_, err := s.b.Stat(ctx, chunkName(id))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			ie.Missing = append(ie.Missing, id)
+		case err != nil:
+			return fmt.Errorf("look up chunk %s: %w", id, err)
+		}
+	}
+	if len(ie.Missing) > 0 {
+		return ie
+	}
+	return nil
+}

@@ -1,0 +1,450 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+	"github.com/ferry-dev/ferry/transfer"
+)
+
+// ErrChunk matches a Restore whose chunk does not decode to the content
+// its id names: a damaged store, or a damaged relay. *ChunkError says
+// which.
+var ErrChunk = errors.New("chunk does not match its id")
+
+// ChunkError is a Restore chunk the agent refused: Index counts the
+// chunks the call sent, from 0.
+type ChunkError struct {
+	Index int
+	ID    [sha256.Size]byte
+	Path  string // the file it belongs to
+	Err   error
+}
+
+func (e *ChunkError) Error() string {
+	return fmt.Sprintf("chunk %d (%x) of %q: %v", e.Index, e.ID, e.Path, e.Err)
+}
+
+func (e *ChunkError) Unwrap() error { return ErrChunk }
+
+// maxRestoreEntries bounds the entries a Restore header may announce: the
+// agent holds them all while the chunks arrive.
+const maxRestoreEntries = 1 << 20
+
+func (s *server) Restore(stream agentv1.Agent_RestoreServer) error {
+	st, err := s.restore(stream)
+	if err != nil {
+		return toStatus(err)
+	}
+	return stream.SendAndClose(&agentv1.PutResponse{Stats: st})
+}
+
+func (s *server) restore(stream agentv1.Agent_RestoreServer) (*agentv1.Stats, error) {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	first, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	h := first.GetHeader()
+	if h == nil {
+		return nil, status.Error(codes.InvalidArgument, "restore: the first message is not a header")
+	}
+	op := "restore " + h.GetDest()
+	if err := checkRemotePath("restore", h.GetDest()); err != nil {
+		return nil, err
+	}
+	var place transfer.Placement
+	found := false
+	for p, v := range placements {
+		if v == h.GetPlace() {
+			place, found = p, true
+		}
+	}
+	if !found {
+		return nil, status.Errorf(codes.InvalidArgument, "%s: unknown placement %v", op, h.GetPlace())
+	}
+	lim, err := limitsFromProto(h.GetLimits())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "%s: %v", op, err)
+	}
+	n := h.GetEntries()
+	if n < 0 || n > maxRestoreEntries || (lim.MaxEntries > 0 && n > lim.MaxEntries+1) {
+		return nil, fmt.Errorf("%s: %w: %d entries", op, transfer.ErrLimit, n)
+	}
+	wire := int64(proto.Size(first))
+	entries := make([]*agentv1.RestoreEntry, 0, n)
+	for int64(len(entries)) < n {
+		m, err := stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		wire += int64(proto.Size(m))
+		batch := m.GetEntries()
+		if batch == nil || int64(len(entries)+len(batch.GetEntries())) > n {
+			return nil, status.Errorf(codes.InvalidArgument, "%s: %d entries announced, another message or more entries arrived first", op, n)
+		}
+		entries = append(entries, batch.GetEntries()...)
+	}
+	if err := checkRestoreEntries(entries); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	dest := s.abs(h.GetDest())
+	if err := prepareDest(dest, place); err != nil {
+		return nil, err
+	}
+
+	// The tree is rebuilt as a tar stream and handed to the same extractor
+	// Put uses, so that staging, placement, limits and the refusal of
+	// escaping symlinks are Put's, not a second implementation of them.
+	pr, pw := io.Pipe()
+	var wg sync.WaitGroup
+	var werr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		chunks := &chunkSource{recv: stream.Recv}
+		// Nothing may follow the last chunk, which is checked before the
+		// archive's end is written: the extractor places the tree on it.
+		end := func() error {
+			m, err := stream.Recv()
+			switch {
+			case err == io.EOF:
+				return nil
+			case err == nil:
+				return status.Errorf(codes.InvalidArgument, "restore: a %T after the last chunk", m.GetMsg())
+			}
+			return err
+		}
+		werr = writeRestoreTree(ctx, pw, entries, chunks, end)
+		wire += chunks.wire
+		pw.CloseWithError(werr)
+	}()
+	xs, err := transfer.Extract(ctx, pr, dest, transfer.ExtractOptions{
+		Limits:  lim,
+		Place:   place,
+		Staging: h.GetStaging(),
+	})
+	if err != nil {
+		// Unblock the writer, whose error (the stream's, or a bad chunk)
+		// is the cause when there is one.
+		pr.CloseWithError(err)
+		cancel()
+		wg.Wait()
+		if werr != nil {
+			return nil, werr
+		}
+		return nil, err
+	}
+	pr.Close()
+	wg.Wait()
+	return &agentv1.Stats{Files: xs.Files, Dirs: xs.Dirs, Symlinks: xs.Symlinks, Bytes: xs.Bytes, WireBytes: wire}, nil
+}
+
+// checkRestoreEntries refuses what the tar writer would write wrongly
+// rather than refuse: a file whose chunks do not add up to its size, a
+// chunk over the limit, chunks on something that is not a file.
+func checkRestoreEntries(entries []*agentv1.RestoreEntry) error {
+	for _, e := range entries {
+		var sum int64
+		for _, c := range e.GetChunks() {
+			if c.GetSize() < 1 || c.GetSize() > maxChunk || len(c.GetId()) != sha256.Size {
+				return &transfer.EntryError{Entry: e.GetPath(), Err: fmt.Errorf("%w: bad chunk reference", transfer.ErrUnsupported)}
+			}
+			sum += c.GetSize()
+		}
+		if e.GetKind() != agentv1.Kind_KIND_FILE && len(e.GetChunks()) > 0 || sum != e.GetSize() || e.GetSize() < 0 {
+			return &transfer.EntryError{Entry: e.GetPath(), Err: fmt.Errorf("%w: %d bytes of chunks for size %d", transfer.ErrUnsupported, sum, e.GetSize())}
+		}
+		if e.GetMode()&^0o7777 != 0 {
+			return &transfer.EntryError{Entry: e.GetPath(), Err: fmt.Errorf("%w: mode %o", transfer.ErrUnsupported, e.GetMode())}
+		}
+	}
+	return nil
+}
+
+// writeRestoreTree writes entries as a tar stream to w, each file's
+// content from the chunks that follow, in order; end is called before
+// the archive's end is written.
+func writeRestoreTree(ctx context.Context, w io.Writer, entries []*agentv1.RestoreEntry, chunks *chunkSource, end func() error) error {
+	tw := transfer.NewWriter(w)
+	for _, e := range entries {
+		hdr := transfer.Header{
+			Name:    e.GetPath(),
+			Mode:    fs.FileMode(e.GetMode() & 0o777),
+			ModTime: time.Unix(0, e.GetMtimeUnixNano()),
+			Size:    e.GetSize(),
+			Target:  e.GetTarget(),
+		}
+		var r io.Reader
+		switch e.GetKind() {
+		case agentv1.Kind_KIND_DIR:
+			hdr.Kind = transfer.Dir
+		case agentv1.Kind_KIND_SYMLINK:
+			hdr.Kind = transfer.Symlink
+		case agentv1.Kind_KIND_FILE:
+			hdr.Kind = transfer.File
+			chunks.reset(e)
+			r = chunks
+		default:
+			return &transfer.EntryError{Entry: e.GetPath(), Err: fmt.Errorf("%w: kind %v", transfer.ErrUnsupported, e.GetKind())}
+		}
+		if err := tw.WriteEntry(ctx, hdr, r); err != nil {
+			return err
+		}
+	}
+	if err := end(); err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// chunkSource reads one file's content from the Restore stream's chunk
+// messages, each decoded and checked against its id before a byte of it
+// is handed on.
+type chunkSource struct {
+	recv  func() (*agentv1.RestoreRequest, error)
+	entry *agentv1.RestoreEntry
+	next  int    // the entry's next chunk
+	index int    // chunks received in the call
+	buf   []byte // the current chunk's plaintext
+	left  []byte // what is not read of it
+	wire  int64
+}
+
+func (c *chunkSource) reset(e *agentv1.RestoreEntry) { c.entry, c.next, c.left = e, 0, nil }
+
+func (c *chunkSource) Read(p []byte) (int, error) {
+	for len(c.left) == 0 {
+		if c.next == len(c.entry.GetChunks()) {
+			return 0, io.EOF
+		}
+		if err := c.fill(c.entry.GetChunks()[c.next]); err != nil {
+			return 0, err
+		}
+		c.next++
+	}
+	n := copy(p, c.left)
+	c.left = c.left[n:]
+	return n, nil
+}
+
+func (c *chunkSource) fill(ref *agentv1.ChunkInfo) error {
+	m, err := c.recv()
+	if err == io.EOF {
+		return status.Errorf(codes.InvalidArgument, "restore: the stream ended before chunk %d of %q", c.next, c.entry.GetPath())
+	}
+	if err != nil {
+		return err
+	}
+	c.wire += int64(proto.Size(m))
+	z, ok := m.GetMsg().(*agentv1.RestoreRequest_Chunk)
+	if !ok {
+		return status.Errorf(codes.InvalidArgument, "restore: a %T where chunk %d was due", m.GetMsg(), c.index)
+	}
+	ce := &ChunkError{Index: c.index, Path: c.entry.GetPath()}
+	copy(ce.ID[:], ref.GetId())
+	c.index++
+	if c.buf == nil {
+		c.buf = make([]byte, 0, maxChunk)
+	}
+	plain, err := chunkDecoder.DecodeAll(z.Chunk, c.buf[:0])
+	switch {
+	case err != nil:
+		ce.Err = fmt.Errorf("does not decode: %v", err)
+	case int64(len(plain)) != ref.GetSize():
+		ce.Err = fmt.Errorf("%d bytes, the entry says %d", len(plain), ref.GetSize())
+	case sha256.Sum256(plain) != ce.ID:
+		ce.Err = errors.New("content does not match its id")
+	}
+	if ce.Err != nil {
+		return ce
+	}
+	c.left = plain
+	return nil
+}
+
+// chunkIndex is the metadata key that carries ChunkError.Index.
+const chunkIndex = "chunk"
+
+func chunkMeta(err error) map[string]string {
+	var ce *ChunkError
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	return map[string]string{chunkIndex: strconv.Itoa(ce.Index), "entry": ce.Path}
+}
+
+// RestoreSpec is where and how Restore places a tree in the sandbox; the
+// fields are Put's.
+type RestoreSpec struct {
+	Dest    string
+	Place   transfer.Placement
+	Limits  transfer.Limits
+	Staging string
+}
+
+// RestoreEntry is one entry of the tree Restore builds, in the order the
+// tree is written: a directory before what it holds. "." is the root,
+// which gives a PlaceNew destination its mode and mtime.
+type RestoreEntry struct {
+	Path   string
+	Kind   transfer.Kind // Dir, File or Symlink
+	Mode   fs.FileMode   // permission bits
+	MTime  time.Time
+	Size   int64  // of a File: the sum of its chunks' sizes
+	Target string // of a Symlink
+	Chunks []ChunkRef
+}
+
+// ChunkRef is one chunk of a file: the SHA-256 of its plaintext, and its
+// plaintext size.
+type ChunkRef struct {
+	ID   [sha256.Size]byte
+	Size int64
+}
+
+// StoredChunk returns chunk id as the store keeps it, one zstd frame, in
+// buf's storage when it fits. Restore does not decode it: the agent does,
+// and checks it against id before writing any of it.
+type StoredChunk func(ctx context.Context, id [sha256.Size]byte, buf []byte) ([]byte, error)
+
+// restoreBatch is how many entries go in one message: well under the
+// message limit with paths and chunk lists of the usual sizes.
+const restoreBatch = 256
+
+// Restore builds the tree entries describe at spec.Dest from stored
+// chunks and places it as Put does, once every chunk has been checked.
+// Every chunk is sent as stored, in order of reference (a chunk that two
+// files share is sent twice). A chunk the agent finds damaged fails the
+// call with a *ChunkError naming it (matching ErrChunk), and nothing is
+// placed. When chunk fails, Restore cancels the call and returns its error.
+//
+// WireBytes in the result counts the messages the agent received.
+func (c *Client) Restore(ctx context.Context, spec RestoreSpec, entries []RestoreEntry, chunk StoredChunk) (Result, error) {
+	op := "restore " + spec.Dest
+	if err := checkRemotePath("restore", spec.Dest); err != nil {
+		return Result{}, err
+	}
+	place, ok := placements[spec.Place]
+	if !ok {
+		return Result{}, fmt.Errorf("%s: unknown placement %v", op, spec.Place)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.rpc.Restore(ctx)
+	if err != nil {
+		return Result{}, c.callErr(op, err)
+	}
+	var refs []ChunkRef // in the order they are sent, to name a refused one
+	pathOf := map[int]string{}
+	ended := func() error {
+		_, err := stream.CloseAndRecv()
+		if err == nil {
+			err = errors.New("the agent ended the call early")
+		}
+		return c.restoreErr(op, err, refs, pathOf)
+	}
+	hdr := &agentv1.RestoreHeader{Dest: spec.Dest, Place: place, Limits: limitsToProto(spec.Limits), Staging: spec.Staging, Entries: int64(len(entries))}
+	if err := stream.Send(&agentv1.RestoreRequest{Msg: &agentv1.RestoreRequest_Header{Header: hdr}}); err != nil {
+		return Result{}, ended()
+	}
+	var want transfer.Stats
+	var wire int64
+	batch := make([]*agentv1.RestoreEntry, 0, restoreBatch)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		m := &agentv1.RestoreRequest{Msg: &agentv1.RestoreRequest_Entries{Entries: &agentv1.RestoreEntries{Entries: batch}}}
+		wire += int64(proto.Size(m))
+		err := stream.Send(m)
+		batch = make([]*agentv1.RestoreEntry, 0, restoreBatch)
+		return err
+	}
+	for _, e := range entries {
+		pe := &agentv1.RestoreEntry{Path: e.Path, Mode: uint32(e.Mode.Perm()), MtimeUnixNano: e.MTime.UnixNano(), Size: e.Size, Target: e.Target}
+		switch e.Kind {
+		case transfer.Dir:
+			pe.Kind = agentv1.Kind_KIND_DIR
+			if e.Path != "." {
+				want.Dirs++
+			}
+		case transfer.Symlink:
+			pe.Kind = agentv1.Kind_KIND_SYMLINK
+			want.Symlinks++
+		case transfer.File:
+			pe.Kind = agentv1.Kind_KIND_FILE
+			want.Files++
+			want.Bytes += e.Size
+		default:
+			return Result{}, fmt.Errorf("%s: entry %q: %w: kind %v", op, e.Path, transfer.ErrUnsupported, e.Kind)
+		}
+		for _, ch := range e.Chunks {
+			pathOf[len(refs)] = e.Path
+			refs = append(refs, ch)
+			pe.Chunks = append(pe.Chunks, &agentv1.ChunkInfo{Id: ch.ID[:], Size: ch.Size})
+		}
+		batch = append(batch, pe)
+		if len(batch) == restoreBatch {
+			if err := flush(); err != nil {
+				return Result{}, ended()
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return Result{}, ended()
+	}
+	var buf []byte
+	for _, ref := range refs {
+		stored, err := chunk(ctx, ref.ID, buf)
+		if err != nil {
+			return Result{}, fmt.Errorf("%s: %w", op, err)
+		}
+		m := &agentv1.RestoreRequest{Msg: &agentv1.RestoreRequest_Chunk{Chunk: stored}}
+		wire += int64(proto.Size(m))
+		if err := stream.Send(m); err != nil {
+			return Result{}, ended()
+		}
+		// gRPC has copied the message into its own buffers once Send
+		// returns, so the buffer can take the next chunk.
+		buf = stored[:0]
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return Result{}, c.restoreErr(op, err, refs, pathOf)
+	}
+	as := resp.GetStats()
+	if as.GetFiles() != want.Files || as.GetDirs() != want.Dirs || as.GetSymlinks() != want.Symlinks || as.GetBytes() != want.Bytes {
+		return Result{}, fmt.Errorf("%s: %w: the agent reports %v, the host sent %+v", op, transfer.ErrDigest, as, want)
+	}
+	return Result{Stats: want, WireBytes: wire, Entries: want.Files + want.Dirs + want.Symlinks}, nil
+}
+
+// restoreErr is callErr, with a chunk the agent refused turned into a
+// *ChunkError that names it from the host's own list (the agent only says
+// which position).
+func (c *Client) restoreErr(op string, err error, refs []ChunkRef, pathOf map[int]string) error {
+	err = c.callErr(op, err)
+	var re *RemoteError
+	if !errors.As(err, &re) || !errors.Is(err, ErrChunk) {
+		return err
+	}
+	i, perr := strconv.Atoi(re.chunk)
+	if perr != nil || i < 0 || i >= len(refs) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", op, &ChunkError{Index: i, ID: refs[i].ID, Path: pathOf[i], Err: re})
+}

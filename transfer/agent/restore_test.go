@@ -1,0 +1,279 @@
+package agent_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/agent"
+)
+
+// chunkStore is a content-addressed store of zstd frames, as the session
+// store keeps chunks.
+type chunkStore map[[32]byte][]byte
+
+var testEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest))
+
+// add stores data and returns its reference.
+func (s chunkStore) add(data string) agent.ChunkRef {
+	id := sha256.Sum256([]byte(data))
+	s[id] = testEncoder.EncodeAll([]byte(data), nil)
+	return agent.ChunkRef{ID: id, Size: int64(len(data))}
+}
+
+func (s chunkStore) get(_ context.Context, id [32]byte, buf []byte) ([]byte, error) {
+	z, ok := s[id]
+	if !ok {
+		return nil, fmt.Errorf("chunk %x: %w", id, fs.ErrNotExist)
+	}
+	return append(buf[:0], z...), nil
+}
+
+func file(path string, mode fs.FileMode, mtime time.Time, refs ...agent.ChunkRef) agent.RestoreEntry {
+	e := agent.RestoreEntry{Path: path, Kind: transfer.File, Mode: mode, MTime: mtime, Chunks: refs}
+	for _, r := range refs {
+		e.Size += r.Size
+	}
+	return e
+}
+
+func TestRestoreRoundTrip(t *testing.T) {
+	c, ws := inProcess(t)
+	st := chunkStore{}
+	line := strings.Repeat(`{"type":"assistant","text":"hello"}`+"\n", 2000)
+	a, b := st.add(line), st.add("tail\n")
+	mt := time.Unix(1700000000, 123456789)
+	entries := []agent.RestoreEntry{
+		{Path: ".", Kind: transfer.Dir, Mode: 0o700, MTime: mt},
+		{Path: "d", Kind: transfer.Dir, Mode: 0o750, MTime: mt.Add(time.Second)},
+		// a twice: a chunk two places share is sent for each.
+		file("d/log.jsonl", 0o640, mt.Add(2*time.Second), a, b, a),
+		file("empty", 0o600, mt),
+		{Path: "e", Kind: transfer.Dir, Mode: 0o700, MTime: mt},
+		{Path: "link", Kind: transfer.Symlink, Mode: 0o777, MTime: mt, Target: "d/log.jsonl"},
+	}
+	res, err := c.Restore(context.Background(), agent.RestoreSpec{Dest: "out", Place: transfer.PlaceNew}, entries, st.get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := transfer.Stats{Files: 2, Dirs: 2, Symlinks: 1, Bytes: int64(2*len(line) + 5)}
+	if res.Stats != want || res.Entries != 5 {
+		t.Errorf("result %+v, want %+v and 5 entries", res, want)
+	}
+	if res.WireBytes <= 0 || res.WireBytes > res.Bytes/10 {
+		t.Errorf("wire bytes %d for %d bytes of JSONL: the stored zstd should travel", res.WireBytes, res.Bytes)
+	}
+	out := filepath.Join(ws, "out")
+	got, err := os.ReadFile(filepath.Join(out, "d", "log.jsonl"))
+	if err != nil || string(got) != line+"tail\n"+line {
+		t.Fatalf("log.jsonl: %d bytes, %v", len(got), err)
+	}
+	for _, tc := range []struct {
+		path  string
+		mode  fs.FileMode
+		mtime time.Time
+	}{
+		{".", fs.ModeDir | 0o700, mt},
+		{"d", fs.ModeDir | 0o750, mt.Add(time.Second)},
+		{"d/log.jsonl", 0o640, mt.Add(2 * time.Second)},
+		{"empty", 0o600, mt},
+		{"e", fs.ModeDir | 0o700, mt},
+	} {
+		fi, err := os.Lstat(filepath.Join(out, tc.path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != tc.mode || !fi.ModTime().Equal(tc.mtime) {
+			t.Errorf("%s: mode %v mtime %v, want %v %v", tc.path, fi.Mode(), fi.ModTime(), tc.mode, tc.mtime)
+		}
+	}
+	if target, err := os.Readlink(filepath.Join(out, "link")); err != nil || target != "d/log.jsonl" {
+		t.Errorf("link: %q, %v", target, err)
+	}
+}
+
+// TestRestoreRefusals: a damaged chunk, a bad entry or a failing store
+// fails the call, and nothing is placed or left behind.
+func TestRestoreRefusals(t *testing.T) {
+	mt := time.Unix(1700000000, 0)
+	root := agent.RestoreEntry{Path: ".", Kind: transfer.Dir, Mode: 0o700, MTime: mt}
+	for _, tc := range []struct {
+		name     string
+		entries  func(st chunkStore) []agent.RestoreEntry
+		sentinel error
+		chunk    int // the index a *ChunkError names, or -1
+		entry    string
+	}{
+		{
+			name: "chunk with other content",
+			entries: func(st chunkStore) []agent.RestoreEntry {
+				good, bad := st.add("good"), st.add("bad!")
+				st[bad.ID] = st[st.add("evil").ID]
+				return []agent.RestoreEntry{root, file("a", 0o600, mt, good), file("b", 0o600, mt, good, bad)}
+			},
+			sentinel: agent.ErrChunk, chunk: 2, entry: "b",
+		},
+		{
+			name: "chunk that does not decode",
+			entries: func(st chunkStore) []agent.RestoreEntry {
+				r := st.add("data")
+				st[r.ID] = []byte("garbage")
+				return []agent.RestoreEntry{root, file("a", 0o600, mt, r)}
+			},
+			sentinel: agent.ErrChunk, chunk: 0, entry: "a",
+		},
+		{
+			name: "chunk of another size",
+			entries: func(st chunkStore) []agent.RestoreEntry {
+				r := st.add("data")
+				r.Size = 3
+				return []agent.RestoreEntry{root, file("a", 0o600, mt, r)}
+			},
+			sentinel: agent.ErrChunk, chunk: 0, entry: "a",
+		},
+		{
+			name: "parent traversal",
+			entries: func(st chunkStore) []agent.RestoreEntry {
+				return []agent.RestoreEntry{root, file("../x", 0o600, mt, st.add("x"))}
+			},
+			sentinel: transfer.ErrUnsafePath, chunk: -1,
+		},
+		{
+			name: "symlink out of the tree",
+			entries: func(st chunkStore) []agent.RestoreEntry {
+				return []agent.RestoreEntry{root, {Path: "esc", Kind: transfer.Symlink, MTime: mt, Target: "../../etc"}}
+			},
+			sentinel: transfer.ErrLinkEscape, chunk: -1, entry: "esc",
+		},
+		{
+			name: "store fails",
+			entries: func(st chunkStore) []agent.RestoreEntry {
+				r := st.add("x")
+				delete(st, r.ID)
+				return []agent.RestoreEntry{root, file("a", 0o600, mt, r)}
+			},
+			sentinel: fs.ErrNotExist, chunk: -1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, ws := inProcess(t)
+			st := chunkStore{}
+			entries := tc.entries(st)
+			_, err := c.Restore(context.Background(), agent.RestoreSpec{Dest: "out", Place: transfer.PlaceNew}, entries, st.get)
+			if !errors.Is(err, tc.sentinel) {
+				t.Fatalf("err = %v, want %v", err, tc.sentinel)
+			}
+			var ce *agent.ChunkError
+			if tc.chunk >= 0 {
+				if !errors.As(err, &ce) || ce.Index != tc.chunk || ce.Path != tc.entry {
+					t.Fatalf("err = %v (%+v), want chunk %d of %q", err, ce, tc.chunk, tc.entry)
+				}
+				var want [32]byte
+				n := 0
+				for _, e := range entries {
+					for _, r := range e.Chunks {
+						if n == tc.chunk {
+							want = r.ID
+						}
+						n++
+					}
+				}
+				if ce.ID != want {
+					t.Errorf("chunk id %x, want %x", ce.ID, want)
+				}
+			}
+			if tc.entry != "" && !strings.Contains(err.Error(), tc.entry) {
+				t.Errorf("err = %v, does not name %q", err, tc.entry)
+			}
+			left, _ := os.ReadDir(ws)
+			if len(left) != 0 {
+				t.Errorf("left in the workspace: %v", left)
+			}
+		})
+	}
+}
+
+// TestRestoreHostileHost sends malformed streams: each is refused, and
+// nothing is placed.
+func TestRestoreHostileHost(t *testing.T) {
+	z := testEncoder.EncodeAll([]byte("data"), nil)
+	id := sha256.Sum256([]byte("data"))
+	hdr := func(n int64) *agentv1.RestoreRequest {
+		return &agentv1.RestoreRequest{Msg: &agentv1.RestoreRequest_Header{Header: &agentv1.RestoreHeader{Dest: "out", Place: agentv1.Placement_PLACEMENT_NEW, Entries: n}}}
+	}
+	ents := func(es ...*agentv1.RestoreEntry) *agentv1.RestoreRequest {
+		return &agentv1.RestoreRequest{Msg: &agentv1.RestoreRequest_Entries{Entries: &agentv1.RestoreEntries{Entries: es}}}
+	}
+	chunk := &agentv1.RestoreRequest{Msg: &agentv1.RestoreRequest_Chunk{Chunk: z}}
+	f := func(size int64, refs ...*agentv1.ChunkInfo) *agentv1.RestoreEntry {
+		return &agentv1.RestoreEntry{Path: "f", Kind: agentv1.Kind_KIND_FILE, Mode: 0o600, Size: size, Chunks: refs}
+	}
+	ref := &agentv1.ChunkInfo{Id: id[:], Size: 4}
+	for _, tc := range []struct {
+		name string
+		msgs []*agentv1.RestoreRequest
+	}{
+		{"no header", []*agentv1.RestoreRequest{ents(f(4, ref)), chunk}},
+		{"ends before a chunk", []*agentv1.RestoreRequest{hdr(1), ents(f(8, ref, ref)), chunk}},
+		{"chunk after the last", []*agentv1.RestoreRequest{hdr(1), ents(f(4, ref)), chunk, chunk}},
+		{"more entries than announced", []*agentv1.RestoreRequest{hdr(1), ents(f(4, ref), f(4, ref)), chunk, chunk}},
+		{"chunk among the entries", []*agentv1.RestoreRequest{hdr(2), ents(f(4, ref)), chunk}},
+		{"sizes do not add up", []*agentv1.RestoreRequest{hdr(1), ents(f(5, ref)), chunk}},
+		{"chunks on a directory", []*agentv1.RestoreRequest{hdr(1), ents(&agentv1.RestoreEntry{Path: "d", Kind: agentv1.Kind_KIND_DIR, Size: 4, Chunks: []*agentv1.ChunkInfo{ref}}), chunk}},
+		{"bad chunk id", []*agentv1.RestoreRequest{hdr(1), ents(f(4, &agentv1.ChunkInfo{Id: id[:5], Size: 4})), chunk}},
+		{"chunk over the limit", []*agentv1.RestoreRequest{hdr(1), ents(f(64<<20, &agentv1.ChunkInfo{Id: id[:], Size: 64 << 20})), chunk}},
+		{"negative entries", []*agentv1.RestoreRequest{hdr(-1)}},
+		{"too many entries", []*agentv1.RestoreRequest{hdr(1 << 30)}},
+		{"unknown kind", []*agentv1.RestoreRequest{hdr(1), ents(&agentv1.RestoreEntry{Path: "x", Kind: agentv1.Kind_KIND_OTHER})}},
+		{"mode with file type bits", []*agentv1.RestoreRequest{hdr(1), ents(&agentv1.RestoreEntry{Path: "d", Kind: agentv1.Kind_KIND_DIR, Mode: 0o40755})}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, ws := inProcess(t)
+			stream, err := c.RPC().Restore(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range tc.msgs {
+				if err := stream.Send(m); err != nil {
+					break // the status tells why
+				}
+			}
+			if _, err := stream.CloseAndRecv(); err == nil {
+				t.Fatal("accepted")
+			}
+			left, _ := os.ReadDir(ws)
+			if len(left) != 0 {
+				t.Errorf("left in the workspace: %v", left)
+			}
+		})
+	}
+}
+
+// TestRestoreWireIsStored: the chunk messages carry the stored bytes as
+// they are, not a re-encoding.
+func TestRestoreWireIsStored(t *testing.T) {
+	c, _ := inProcess(t)
+	st := chunkStore{}
+	r := st.add(strings.Repeat("x", 100000))
+	res, err := c.Restore(context.Background(), agent.RestoreSpec{Dest: "o", Place: transfer.PlaceNew},
+		[]agent.RestoreEntry{file("f", 0o600, time.Unix(0, 0), r)}, st.get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored := int64(len(st[r.ID])); res.WireBytes < stored || res.WireBytes > stored+512 {
+		t.Errorf("wire %d bytes for a chunk stored in %d", res.WireBytes, stored)
+	}
+}
