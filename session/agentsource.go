@@ -218,12 +218,18 @@ func (f *fetcher) add(ctx context.Context, e Entry, chunks []*agentv1.ChunkInfo)
 // waited for them.
 func (f *fetcher) flush(ctx context.Context) error {
 	reads := f.reads
-	wire, err := f.a.Client.ReadChunks(ctx, f.a.Dir, reads, f.a.Compress, func(i int, data []byte) error {
-		id, err := f.sink.Put(ctx, data)
-		if err != nil {
+	wire, err := f.a.Client.ReadChunksStored(ctx, f.a.Dir, reads, f.a.Compress, func(i int, data, stored []byte) error {
+		// ReadChunksStored has checked data against the id, and stored
+		// against data: a chunk that travelled compressed is kept as it
+		// came, not compressed a second time.
+		want := ID(reads[i].GetId())
+		if ks, ok := f.sink.(*sink); ok {
+			if err := ks.putChecked(ctx, want, data, stored); err != nil {
+				return err
+			}
+		} else if id, err := f.sink.Put(ctx, data); err != nil {
 			return err
-		}
-		if want := ID(reads[i].GetId()); id != want {
+		} else if id != want {
 			return fmt.Errorf("store chunk of %s: stored as %s, want %s", reads[i].GetPath(), id, want)
 		}
 		f.a.FetchedBytes += int64(len(data))

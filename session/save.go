@@ -136,15 +136,29 @@ func (k *sink) fresh(ctx context.Context, id ID) (bool, error) {
 }
 
 func (k *sink) Put(ctx context.Context, data []byte) (ID, error) {
-	if len(data) == 0 || len(data) > MaxChunkSize {
-		return ID{}, fmt.Errorf("put chunk: %d bytes, want 1 to %d", len(data), MaxChunkSize)
-	}
 	id := Hash(data)
-	if ok, err := k.Has(ctx, id); err != nil || ok {
-		return id, err
+	return id, k.putChecked(ctx, id, data, nil)
+}
+
+// putChecked is Put for a caller that has checked that data hashes to id
+// and, when zstd is not nil, that zstd is one zstd frame that decodes to
+// data: then zstd is stored as it is, which spares compressing a chunk that
+// arrived compressed a second time.
+func (k *sink) putChecked(ctx context.Context, id ID, data, zstd []byte) error {
+	if len(data) == 0 || len(data) > MaxChunkSize {
+		return fmt.Errorf("put chunk: %d bytes, want 1 to %d", len(data), MaxChunkSize)
 	}
-	if _, err := writeChunk(ctx, k.s.b, id, data, nil); err != nil {
-		return ID{}, err
+	if ok, err := k.Has(ctx, id); err != nil || ok {
+		return err
+	}
+	var err error
+	if zstd != nil && len(zstd) <= maxStoredChunk {
+		err = putStored(ctx, k.s.b, id, zstd)
+	} else {
+		_, err = writeChunk(ctx, k.s.b, id, data, nil)
+	}
+	if err != nil {
+		return err
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -153,7 +167,7 @@ func (k *sink) Put(ctx context.Context, data []byte) (ID, error) {
 		k.newBytes += int64(len(data))
 		k.newChunks++
 	}
-	return id, nil
+	return nil
 }
 
 func (k *sink) Add(e Entry) error {

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -59,6 +60,15 @@ func (s *Store) CheckPresent(ctx context.Context, m *Manifest) error {
 	}
 	if len(ie.Missing) > 0 {
 		return ie
+	}
+	return nil
+}
+
+// putStored stores z, one zstd frame known to decode to chunk id's
+// plaintext, as chunk id.
+func putStored(ctx context.Context, b Backend, id ID, z []byte) error {
+	if err := b.Put(ctx, chunkName(id), bytes.NewReader(z), false); err != nil {
+		return fmt.Errorf("write chunk %s: %w", id, err)
 	}
 	return nil
 }

@@ -170,6 +170,14 @@ func changed(name string) error {
 // transfer.ErrDigest. A file that changed since the scan fails with a
 // *RemoteError matching ErrChanged and naming it.
 func (c *Client) ReadChunks(ctx context.Context, dir string, reads []*agentv1.ChunkRead, compress frame.Mode, fn func(i int, plaintext []byte) error) (int64, error) {
+	return c.ReadChunksStored(ctx, dir, reads, compress, func(i int, plaintext, _ []byte) error { return fn(i, plaintext) })
+}
+
+// ReadChunksStored is ReadChunks that also hands fn the zstd frame a chunk
+// travelled in (nil when it travelled raw), which decoded to plaintext:
+// a store that keeps chunks as zstd can keep that frame as it is instead
+// of compressing the chunk again. Both slices are valid only during fn.
+func (c *Client) ReadChunksStored(ctx context.Context, dir string, reads []*agentv1.ChunkRead, compress frame.Mode, fn func(i int, plaintext, zstd []byte) error) (int64, error) {
 	if dir == "" {
 		dir = "."
 	}
@@ -219,6 +227,7 @@ func (c *Client) ReadChunks(ctx context.Context, dir string, reads []*agentv1.Ch
 		}
 		r := reads[next]
 		data := m.GetData()
+		var stored []byte
 		wire += int64(len(data))
 		if int64(len(data)) > r.GetSize()+r.GetSize()/8+1024 || int64(len(data)) > r.GetSize() && !m.GetZstd() {
 			return wire, fmt.Errorf("%s: %s at %d: %w: %d bytes for %d", op, r.GetPath(), r.GetOffset(), transfer.ErrDigest, len(data), r.GetSize())
@@ -227,6 +236,7 @@ func (c *Client) ReadChunks(ctx context.Context, dir string, reads []*agentv1.Ch
 			if cap(buf) < int(r.GetSize()) {
 				buf = make([]byte, 0, r.GetSize())
 			}
+			stored = data
 			if data, err = chunkDecoder.DecodeAll(data, buf[:0:r.GetSize()]); err != nil {
 				return wire, fmt.Errorf("%s: %s at %d: %w: %v", op, r.GetPath(), r.GetOffset(), transfer.ErrDigest, err)
 			}
@@ -237,7 +247,7 @@ func (c *Client) ReadChunks(ctx context.Context, dir string, reads []*agentv1.Ch
 		if sum := sha256.Sum256(data); !bytes.Equal(sum[:], r.GetId()) {
 			return wire, fmt.Errorf("%s: %s at %d: %w: SHA-256 differs from the scan's", op, r.GetPath(), r.GetOffset(), transfer.ErrDigest)
 		}
-		if err := fn(next, data); err != nil {
+		if err := fn(next, data, stored); err != nil {
 			return wire, err
 		}
 	}
