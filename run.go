@@ -104,17 +104,9 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	if err != nil {
 		return res, err
 	}
-	if err := prepare(ctx, sb, r, spec); err != nil {
+	if res.Sessions, err = prepareRun(ctx, sb, r, spec); err != nil {
 		r.close()
 		return res, err
-	}
-	for _, m := range spec.Sessions {
-		rr, err := restoreSession(ctx, sb, r, spec.Store, m.Key, m.Remote, SessionRestoreOptions{AllowMissing: true, Replace: true})
-		if err != nil {
-			r.close()
-			return res, fmt.Errorf("run: %w", err)
-		}
-		res.Sessions = append(res.Sessions, RunSession{Key: m.Key, Restored: &rr})
 	}
 	if err := r.close(); err != nil {
 		return res, fmt.Errorf("run: inputs to %s: %w", sb.Name, err)
@@ -212,21 +204,44 @@ func showRest(name string, n int64, w io.Writer) {
 	}
 }
 
+// prepareRun is the pre-exec phase of a run through r: inputs, secrets,
+// then the sessions, each restored from the store (a key without a
+// snapshot yet is a task's first run, and restores nothing).
+func prepareRun(ctx context.Context, sb Sandbox, r remote, spec RunSpec) ([]RunSession, error) {
+	if err := prepare(ctx, sb, r, spec); err != nil {
+		return nil, err
+	}
+	var sessions []RunSession
+	for _, m := range spec.Sessions {
+		rr, err := restoreSession(ctx, sb, r, spec.Store, m.Key, m.Remote, SessionRestoreOptions{AllowMissing: true, Replace: true})
+		if err != nil {
+			return sessions, fmt.Errorf("run: %w", err)
+		}
+		sessions = append(sessions, RunSession{Key: m.Key, Restored: &rr})
+	}
+	return sessions, nil
+}
+
 // finishRun is the post-exec phase: the artifacts, then the sessions,
 // through one connection (one exec in agent mode). It fills in sessions'
 // results and returns the pull, its error, and the first failed session
 // save.
 func finishRun(ctx context.Context, sb Sandbox, spec RunSpec, sessions []RunSession) (pres PullResult, pullErr, sessionErr error) {
-	start := time.Now()
-	metaDir := spec.MetaDir
-	if metaDir == "" {
-		metaDir = DefaultMetaDir
-	}
 	r, err := sb.open(ctx)
 	if err != nil {
 		return PullResult{}, err, err
 	}
 	defer r.close()
+	return finishThrough(ctx, sb, r, spec, sessions)
+}
+
+// finishThrough is finishRun through an open remote, which it closes.
+func finishThrough(ctx context.Context, sb Sandbox, r remote, spec RunSpec, sessions []RunSession) (pres PullResult, pullErr, sessionErr error) {
+	start := time.Now()
+	metaDir := spec.MetaDir
+	if metaDir == "" {
+		metaDir = DefaultMetaDir
+	}
 	pres, pullErr = pull(ctx, sb, r, metaDir, spec.Out, spec.Limits)
 	pres.Seconds = time.Since(start).Seconds()
 	// The session is saved however the command ended: the next run of the

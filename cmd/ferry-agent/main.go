@@ -1,7 +1,8 @@
 // Command ferry-agent is the in-sandbox side of ferry's agent mode. ferry
 // installs it over the exec channel and runs `ferry-agent serve`, which
-// speaks the agent protocol on stdin and stdout. It is not meant to be run
-// by hand.
+// speaks the agent protocol on stdin and stdout; the agent runs itself as
+// `ferry-agent supervise STATEDIR` to supervise a detached command. It is
+// not meant to be run by hand.
 package main
 
 import (
@@ -21,8 +22,13 @@ import (
 var version = "dev"
 
 func main() {
+	if len(os.Args) >= 2 && os.Args[1] == "supervise" {
+		// The supervisor of a detached command (agent.Spawn): the agent
+		// starts it as `supervise STATEDIR`, and it outlives the agent.
+		os.Exit(agent.SuperviseMain(os.Args[2:]))
+	}
 	if len(os.Args) != 2 || (os.Args[1] != "serve" && os.Args[1] != "version") {
-		fmt.Fprintln(os.Stderr, "usage: ferry-agent serve|version")
+		fmt.Fprintln(os.Stderr, "usage: ferry-agent serve|version|supervise STATEDIR")
 		os.Exit(2)
 	}
 	digest, err := selfDigest()

@@ -17,8 +17,12 @@
 // digest (XXH3-128) match), Get (the mirror, checked the same way by the host),
 // Follow (growing files from offsets, woken by fsnotify), Remove, and for
 // session saves Scan (content-defined chunks and their digests, computed
-// next to the data) and ReadChunks (only the chunks the store lacks, each
-// re-checked by the host).
+// next to the data), ReadChunks (only the chunks the store lacks, each
+// re-checked by the host) and, for restores, Restore (stored chunks in,
+// each checked against its id before a byte of it is written). A second
+// service, Supervisor (Spawn, Status, Signal), runs commands detached from
+// the exec that started them, under a supervisor process whose state lives
+// in the sandbox (see [Client.Spawn]).
 //
 // The host's side is [Dial]: one exec runs the cached agent for the
 // sandbox's architecture, or describes the sandbox when there is none; ferry

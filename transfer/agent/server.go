@@ -61,7 +61,9 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg ServerConfig) erro
 	})
 	lis := ConnListener(conn)
 	gs := grpc.NewServer(serverOptions()...)
-	agentv1.RegisterAgentServer(gs, &server{cfg: cfg, log: log})
+	srv := &server{cfg: cfg, log: log}
+	agentv1.RegisterAgentServer(gs, srv)
+	agentv1.RegisterSupervisorServer(gs, &supervisorServer{s: srv})
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
 	select {
