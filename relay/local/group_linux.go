@@ -28,3 +28,18 @@ func growPipe(f *os.File, n int) {
 		_ = sc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, n) })
 	}
 }
+
+// awaitExit blocks until the process pid has exited, without reaping it:
+// the zombie keeps pid, and with it the process group's id, from being
+// reused, so that killGroup after the exit can only reach the group we
+// started, never a stranger's that got the number since. The caller
+// reaps it (exec.Cmd.Wait) once it will signal the group no more.
+func awaitExit(pid int) error {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}

@@ -144,8 +144,10 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	outputDone := make(chan struct{})
 	go func() { wg.Wait(); close(outputDone) }()
 
+	// exited reports the exit without reaping the process (see
+	// awaitExit): every killGroup below comes before c.Wait.
 	exited := make(chan error, 1)
-	go func() { exited <- c.Wait() }()
+	go func() { exited <- awaitExit(pid) }()
 
 	var timeout <-chan time.Time
 	if cmd.Timeout > 0 {
@@ -159,12 +161,13 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	finish := func() {
 		killGroup(pid)
 		<-exited
+		c.Wait()
 		inW.Close()
 		closeAll(outR, errR)
 		<-outputDone
 	}
 
-	var waitErr error
+	var awaitErr error
 	select {
 	case <-ctx.Done():
 		finish()
@@ -178,7 +181,7 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	case err := <-copyErr:
 		finish()
 		return 0, fmt.Errorf("exec %s: %w", cmd.Argv[0], err)
-	case waitErr = <-exited:
+	case awaitErr = <-exited:
 	}
 	inW.Close()
 	grace := time.NewTimer(r.cfg.OutputGrace)
@@ -191,11 +194,17 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 		<-outputDone
 	case <-ctx.Done():
 		killGroup(pid)
+		c.Wait()
 		closeAll(outR, errR)
 		<-outputDone
 		return 0, ctx.Err()
 	}
 	closeAll(outR, errR)
+	// The group is signalled no more: reap.
+	waitErr := c.Wait()
+	if awaitErr != nil && waitErr == nil {
+		waitErr = awaitErr
+	}
 	select {
 	case err := <-stdinErr:
 		// The process may have finished on what it had, but its input
