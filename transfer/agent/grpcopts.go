@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/bits"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/experimental"
@@ -105,3 +106,14 @@ func (p *tieredPool) Put(b *[]byte) {
 		p.tiers[s].Put(b)
 	}
 }
+
+// wireCost is what Auto compression (frame.WriterOptions.WireCost) counts
+// a MiB on the exec channel to cost at least. Every byte crosses the
+// gateway's gRPC and the agent's, each with its framing and copies: in
+// POSIX mode, the leanest path, that costs about 5.4 ns of CPU per byte
+// across host, gateway and sandbox (make bench: 256 MiB in 1.46
+// CPU-seconds), and agent mode's raw path about twice that. Counted at 5
+// ns a byte, S2 (1 to 2 ns a byte) pays on any compressible data, while
+// zstd (3 to 4 ns a byte, for a little more saving) still needs a slow
+// link.
+const wireCost = 5 * time.Millisecond

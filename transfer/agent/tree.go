@@ -339,4 +339,5 @@ var compressions = map[frame.Mode]agentv1.Compression{
 	frame.Auto: agentv1.Compression_COMPRESSION_AUTO,
 	frame.Zstd: agentv1.Compression_COMPRESSION_ZSTD,
 	frame.None: agentv1.Compression_COMPRESSION_NONE,
+	frame.S2:   agentv1.Compression_COMPRESSION_S2,
 }

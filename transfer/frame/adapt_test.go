@@ -66,23 +66,23 @@ func TestAutoSlowLink(t *testing.T) {
 		data := randomData(4 << 20)
 		link := &slowLink{rate: 16e6}
 		st := writeAll(t, NewWriter(link, WriterOptions{BlockSize: bs, Concurrency: 2}), data)
-		if st.ZstdBlocks != 0 {
+		if st.ZstdBlocks+st.S2Blocks != 0 {
 			t.Errorf("stats %+v: want every block raw", st)
 		}
 	})
 }
 
-// TestAutoFastLink: on a link faster than the compressor Auto sends
-// compressible data mostly raw once past its first warmupBlocks, while
-// Zstd still compresses every block.
+// TestAutoFastLink: on a link faster than zstd Auto sends compressible
+// data as S2 once past its first warmupBlocks, while Zstd still
+// compresses every block with zstd.
 func TestAutoFastLink(t *testing.T) {
 	const bs = 64 << 10
 	data := textData(32 << 20)
 	blocks := int64(len(data) / bs)
 	st := writeAll(t, NewWriter(&countWriter{}, WriterOptions{BlockSize: bs, Concurrency: 2, NoDigest: true}), data)
 	t.Logf("auto: stats %+v", st)
-	if st.RawBlocks < (blocks-warmupBlocks)/2 {
-		t.Errorf("auto: stats %+v, want most of the %d blocks after warmup raw", st, blocks-warmupBlocks)
+	if st.S2Blocks < (blocks-warmupBlocks)*3/4 || st.RawBlocks != 0 {
+		t.Errorf("auto: stats %+v, want most of the %d blocks after warmup S2, none raw", st, blocks-warmupBlocks)
 	}
 	st = writeAll(t, NewWriter(io.Discard, WriterOptions{Compress: Zstd, BlockSize: bs, Concurrency: 2}), data)
 	if st.ZstdBlocks != blocks {
@@ -91,11 +91,30 @@ func TestAutoFastLink(t *testing.T) {
 }
 
 // TestAutoSmallStream: a stream of at most warmupBlocks blocks is
-// compressed whatever the link, as before anything can be measured.
+// compressed whatever the link, as before anything can be measured, zstd
+// and S2 in turn.
 func TestAutoSmallStream(t *testing.T) {
 	const bs = 64 << 10
 	st := writeAll(t, NewWriter(&countWriter{}, WriterOptions{BlockSize: bs}), textData(warmupBlocks*bs))
-	if st.ZstdBlocks != warmupBlocks {
-		t.Errorf("stats %+v, want all %d blocks zstd", st, warmupBlocks)
+	if st.ZstdBlocks != warmupBlocks/2 || st.S2Blocks != warmupBlocks/2 {
+		t.Errorf("stats %+v, want all %d blocks compressed, half of them zstd", st, warmupBlocks)
+	}
+}
+
+// TestAutoPicksCodec: Auto sends zstd where the link is slow (the bytes
+// saved are worth zstd's time) and S2 where it is fast but still slower
+// than S2 (zstd's extra saving is not worth its time there).
+func TestAutoPicksCodec(t *testing.T) {
+	const bs = 64 << 10
+	data := textData(16 << 20)
+	// Slow enough that zstd wins even under the race detector, which
+	// slows zstd's Go code far more than S2's assembly.
+	slow := writeAll(t, NewWriter(&slowLink{rate: 1e5}, WriterOptions{BlockSize: bs, Concurrency: 2}), data[:2<<20])
+	if slow.ZstdBlocks <= slow.S2Blocks {
+		t.Errorf("100 kB/s link: stats %+v, want mostly zstd", slow)
+	}
+	fast := writeAll(t, NewWriter(&slowLink{rate: 400e6}, WriterOptions{BlockSize: bs, Concurrency: 2}), data)
+	if fast.S2Blocks <= fast.ZstdBlocks {
+		t.Errorf("400 MB/s link: stats %+v, want mostly S2", fast)
 	}
 }

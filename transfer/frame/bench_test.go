@@ -16,7 +16,7 @@ func BenchmarkWriter(b *testing.B) {
 		name string
 		data []byte
 	}{{"random", randomData(size)}, {"text", textData(size)}} {
-		for _, m := range []Mode{Auto, Zstd, None} {
+		for _, m := range []Mode{Auto, Zstd, S2, None} {
 			b.Run(fmt.Sprintf("%s/%v", d.name, m), func(b *testing.B) {
 				b.SetBytes(size)
 				var st Stats

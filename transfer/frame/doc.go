@@ -1,5 +1,5 @@
 // Package frame carries one byte stream (a tar stream, in ferry) between the
-// host and the agent in blocks, each zstd-compressed when that pays, and ends
+// host and the agent in blocks, each compressed (zstd or S2) when that pays, and ends
 // it with a trailer that lets the receiver prove it got every byte.
 //
 // Limitations first: plaintext is handed out block by block before the
@@ -23,6 +23,9 @@
 //	0x02 zstd  payload is one or more zstd frames (RFC 8878), skippable
 //	           frames allowed, that decode to exactly plain bytes;
 //	           0 < enc < plain
+//	0x03 s2    payload is one S2 block (klauspost/compress/s2, a
+//	           Snappy block extended) whose stated length is plain;
+//	           0 < enc < plain
 //
 // Every block has 1 <= plain; a Writer makes every block but the last
 // exactly BlockSize bytes of plaintext (default 256 KiB), but a reader must
@@ -40,34 +43,40 @@
 // # Limits
 //
 // A Reader checks every block header before reading its payload: plain at
-// most MaxBlockSize, a running total at most MaxTotal, and for zstd blocks
-// plain <= enc × MaxRatio (default 1000). The decoder is capped at plain
+// most MaxBlockSize, a running total at most MaxTotal, and for compressed
+// blocks plain <= enc × MaxRatio (default 1000); an S2 block's stated
+// length must be plain before it is decoded. The decoder is capped at plain
 // bytes of output, so a block that decodes to more than it declares is
 // refused without allocating what it would decode to. A Writer keeps its
 // blocks within MaxRatio by appending a skippable zstd frame (magic
 // 0x184D2A50, little-endian size) to a block that compresses better than
-// that, e.g. a block of zeros.
+// that, e.g. a block of zeros; S2 has no padding, so a block S2 would
+// make denser than that goes as zstd.
 //
 // # Compression
 //
-// In Auto mode (--compress auto, the default) a Writer compresses a block
-// only when that makes the stream go faster, measured as it goes, like
-// zstd --adapt: on a slow link (a gateway across a WAN) compression is the
-// point, on a fast one (loopback, a LAN) zstd is slower than the link and
-// raw blocks win. A Writer sends blocks from a goroutine of its own; when
-// the next block is framed and waiting behind the one being written, the
-// link is the bottleneck and the block being cut is compressed; when the
-// sender waits instead (for a block being compressed, or for more
-// plaintext), the link has room and the block goes raw. The first 16
-// blocks (4 MiB by default) are compressed whatever the link, before it
-// can be measured, so small streams always are. On a link between the
-// two, blocks mix raw and zstd in whatever proportion keeps both the
-// compressors and the link busy. A compressed block is sent only if it is
-// at most 97% of the plaintext: compressibility is measured on every
-// block tried, not guessed from file names. After 4 blocks in a row that
-// did not pay, only every 16th block is tried, so incompressible data
-// costs about 1/16 of the compression CPU; one block that pays resumes
-// trying every block. Zstd mode tries every block and keeps any gain;
-// None sends every block raw. A Writer compresses up to
-// WriterOptions.Concurrency blocks at once and sends them in order.
+// In Auto mode (--compress auto, the default) a Writer sends each block
+// raw, zstd or S2, whichever makes the stream go fastest, measured as it
+// goes, like zstd --adapt. It measures the link by its own queue: the time
+// its sender goroutine spends in the underlying Write per wire byte is
+// about nothing while the link keeps up, and the link's pace once blocks
+// back up behind it. It measures each codec's time and output per byte on
+// the blocks it tries. A codec gains the link time of the bytes it saves
+// less its own time; Auto picks the greatest gain, with some hysteresis:
+// zstd on a slow link (a gateway across a WAN), where its extra saving is
+// worth its time; S2, several times faster at somewhat less compression,
+// on a fast link that is still slower than S2 (loopback and LANs, where
+// the relay's and receiver's CPU is the limit); raw where the link outruns
+// even S2. What it does not pick is probed every 16th block to keep the
+// measures current. The first 16 blocks (4 MiB by default) are compressed
+// whatever the link, zstd and S2 in turn, before the link can be
+// measured, so small streams always are. A compressed block is sent only
+// if it is at most 97% of the plaintext: compressibility is measured on
+// every block tried, not guessed from file names. After 4 blocks in a row
+// that did not pay, only every 16th block is tried, so incompressible
+// data costs about 1/16 of the compression CPU; one block that pays
+// resumes trying every block. Zstd and S2 modes try every block with
+// their codec and keep any gain; None sends every block raw. A Writer
+// compresses up to WriterOptions.Concurrency blocks at once and sends them
+// in order.
 package frame

@@ -7,6 +7,7 @@ const (
 
 	typeRaw     = 0x01
 	typeZstd    = 0x02
+	typeS2      = 0x03
 	typeTrailer = 0xFF
 	// typeTrailerNoDigest is a trailer whose sha256 field is zero: the
 	// writer left the digest to its caller (WriterOptions.NoDigest).
@@ -57,4 +58,5 @@ type Stats struct {
 	Wire       int64 // framed bytes, headers and trailer included
 	RawBlocks  int64
 	ZstdBlocks int64
+	S2Blocks   int64
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/klauspost/compress/s2"
 	"go.uber.org/goleak"
 )
 
@@ -68,7 +69,7 @@ func decode(wire []byte, opts ReaderOptions) ([]byte, *Reader, error) {
 func TestRoundTrip(t *testing.T) {
 	const bs = 4 << 10
 	gens := map[string]func(int) []byte{"random": randomData, "text": textData, "zeros": zeroData}
-	for _, mode := range []Mode{Auto, Zstd, None} {
+	for _, mode := range []Mode{Auto, Zstd, S2, None} {
 		for name, gen := range gens {
 			for _, n := range []int{0, 1, bs - 1, bs, bs + 1, 7*bs + 123} {
 				t.Run(fmt.Sprintf("%v/%s/%d", mode, name, n), func(t *testing.T) {
@@ -87,12 +88,16 @@ func TestRoundTrip(t *testing.T) {
 					blocks := int64((n + bs - 1) / bs)
 					compressible := name != "random" && mode != None && n > 16
 					switch {
-					case ws.RawBlocks+ws.ZstdBlocks != blocks:
+					case ws.RawBlocks+ws.ZstdBlocks+ws.S2Blocks != blocks:
 						t.Fatalf("stats %+v, want %d blocks", ws, blocks)
-					case compressible && ws.ZstdBlocks < int64(n/bs):
+					case compressible && ws.ZstdBlocks+ws.S2Blocks < int64(n/bs):
 						// A short last block (a few bytes) may stay raw.
-						t.Fatalf("stats %+v: want all %d full blocks zstd", ws, n/bs)
-					case !compressible && n > 16 && ws.ZstdBlocks != 0:
+						t.Fatalf("stats %+v: want all %d full blocks compressed", ws, n/bs)
+					case mode == Zstd && ws.S2Blocks != 0, mode == S2 && ws.ZstdBlocks != 0 && name != "zeros":
+						// S2 mode sends a block S2 makes denser than MaxRatio
+						// as zstd, whose padding keeps it within.
+						t.Fatalf("stats %+v: blocks of the other codec in %v mode", ws, mode)
+					case !compressible && n > 16 && ws.ZstdBlocks+ws.S2Blocks != 0:
 						t.Fatalf("stats %+v: want all blocks raw", ws)
 					case int64(n) > ws.Wire*DefaultMaxRatio:
 						t.Fatalf("wire %d bytes for %d plaintext: over ratio cap", ws.Wire, n)
@@ -115,7 +120,7 @@ func TestRoundTrip(t *testing.T) {
 func TestDefaultBlockSize(t *testing.T) {
 	data := textData(3*DefaultBlockSize + 5)
 	wire, ws := encode(t, data, WriterOptions{}, 1<<20)
-	if ws.ZstdBlocks != 3 || ws.Wire > int64(len(data))/4 {
+	if ws.ZstdBlocks+ws.S2Blocks != 3 || ws.Wire > int64(len(data))/4 {
 		t.Fatalf("stats %+v for %d bytes of text", ws, len(data))
 	}
 	out, _, err := decode(wire, ReaderOptions{})
@@ -143,7 +148,7 @@ func TestAutoSkip(t *testing.T) {
 	// On the text Auto has to measure that compression pays again: with
 	// blocks this small (zstd's fixed cost per block weighs) that may
 	// take a second probe.
-	if ws.RawBlocks > n+2*skipEvery || ws.ZstdBlocks < n-2*skipEvery {
+	if ws.RawBlocks > n+2*skipEvery || ws.ZstdBlocks+ws.S2Blocks < n-2*skipEvery {
 		t.Fatalf("stats %+v: want about %d raw then %d zstd blocks", ws, n, n)
 	}
 }
@@ -249,7 +254,7 @@ func TestBadOptions(t *testing.T) {
 			t.Errorf("NewReader(%+v): err %v", o, err)
 		}
 	}
-	for _, s := range []string{"auto", "zstd", "none"} {
+	for _, s := range []string{"auto", "zstd", "s2", "none"} {
 		if m, err := ParseMode(s); err != nil || m.String() != s {
 			t.Errorf("ParseMode(%q) = %v, %v", s, m, err)
 		}
@@ -296,6 +301,9 @@ func block(typ byte, plain int, payload []byte) []byte {
 func TestHostileHeaders(t *testing.T) {
 	text := textData(4096)
 	z := zstdFrame(t, text, true)
+	sz := s2.Encode(nil, text)
+	zeros4k := make([]byte, 4096)
+	sZeros := s2.Encode(nil, zeros4k)
 	tests := []struct {
 		name string
 		wire []byte
@@ -304,7 +312,13 @@ func TestHostileHeaders(t *testing.T) {
 	}{
 		{"bad magic", append([]byte("FRRYFRX\x01"), stream(nil)[8:]...), ReaderOptions{}, ErrCorrupt},
 		{"bad version", append([]byte("FRRYFRM\x02"), stream(nil)[8:]...), ReaderOptions{}, ErrCorrupt},
-		{"unknown type", stream(text, block(0x03, len(text), text)), ReaderOptions{}, ErrCorrupt},
+		{"unknown type", stream(text, block(0x04, len(text), text)), ReaderOptions{}, ErrCorrupt},
+		{"s2 not smaller", stream(text, block(typeS2, len(sz), sz)), ReaderOptions{}, ErrCorrupt},
+		{"s2 declares less", stream(text, block(typeS2, len(text)-1, sz)), ReaderOptions{}, ErrCorrupt},
+		{"s2 declares more", stream(text, block(typeS2, len(text)+1, sz)), ReaderOptions{}, ErrCorrupt},
+		{"s2 garbage", stream(text, block(typeS2, len(text), []byte("not s2 at all"))), ReaderOptions{}, ErrCorrupt},
+		{"s2 truncated", stream(text, block(typeS2, len(text), sz[:len(sz)-3])), ReaderOptions{}, ErrCorrupt},
+		{"s2 over ratio", stream(zeros4k, block(typeS2, len(zeros4k), sZeros)), ReaderOptions{MaxRatio: 2}, ErrLimit},
 		{"empty block", stream(nil, block(typeRaw, 0, nil)), ReaderOptions{}, ErrCorrupt},
 		{"raw lengths differ", stream(text, block(typeRaw, len(text)+1, text)), ReaderOptions{}, ErrCorrupt},
 		{"zstd not smaller", stream(text, block(typeZstd, len(z), z)), ReaderOptions{}, ErrCorrupt},

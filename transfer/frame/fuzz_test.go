@@ -43,7 +43,7 @@ func FuzzReader(f *testing.F) {
 func fuzzSeeds(t testing.TB) [][]byte {
 	var seeds [][]byte
 	for _, d := range [][]byte{nil, []byte("x"), textData(3000), randomData(1500), zeroData(2048)} {
-		for _, m := range []Mode{Auto, None} {
+		for _, m := range []Mode{Auto, S2, None} {
 			wire, _ := encode(t, d, WriterOptions{Compress: m, BlockSize: 1024}, 4096)
 			seeds = append(seeds, wire)
 		}

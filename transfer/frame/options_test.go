@@ -49,7 +49,7 @@ func TestConcurrency(t *testing.T) {
 			data = append(data, textData(3*bs+5)...)
 		}
 	}
-	for _, mode := range []Mode{Auto, Zstd, None} {
+	for _, mode := range []Mode{Auto, Zstd, S2, None} {
 		var ref Stats
 		for _, c := range []int{1, 2, 3, 8} {
 			t.Run(fmt.Sprintf("%v/%d", mode, c), func(t *testing.T) {

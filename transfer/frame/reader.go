@@ -10,6 +10,7 @@ import (
 	"hash/crc32"
 	"io"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -135,7 +136,7 @@ func (r *Reader) next() error {
 	switch r.hdr[0] {
 	case typeTrailer, typeTrailerNoDigest:
 		return r.trailer()
-	case typeRaw, typeZstd:
+	case typeRaw, typeZstd, typeS2:
 	default:
 		return fmt.Errorf("%s: unknown block type %#x: %w", op, r.hdr[0], ErrCorrupt)
 	}
@@ -154,9 +155,9 @@ func (r *Reader) next() error {
 		return fmt.Errorf("%s: total plaintext %d over max total %d: %w", op, r.stats.Plaintext+plain, r.opts.MaxTotal, ErrLimit)
 	case typ == typeRaw && enc != plain:
 		return fmt.Errorf("%s: raw block encoded length %d differs from plaintext length %d: %w", op, enc, plain, ErrCorrupt)
-	case typ == typeZstd && (enc == 0 || enc >= plain):
-		return fmt.Errorf("%s: zstd block encoded length %d not under plaintext length %d: %w", op, enc, plain, ErrCorrupt)
-	case typ == typeZstd && plain > enc*int64(r.opts.MaxRatio):
+	case typ != typeRaw && (enc == 0 || enc >= plain):
+		return fmt.Errorf("%s: compressed block encoded length %d not under plaintext length %d: %w", op, enc, plain, ErrCorrupt)
+	case typ != typeRaw && plain > enc*int64(r.opts.MaxRatio):
 		return fmt.Errorf("%s: compression ratio %d/%d over max ratio %d: %w", op, plain, enc, r.opts.MaxRatio, ErrLimit)
 	}
 	if cap(r.plain) < int(plain) {
@@ -176,10 +177,17 @@ func (r *Reader) next() error {
 		if err := r.full(r.enc, op); err != nil {
 			return err
 		}
-		if err := r.decode(op, int(plain)); err != nil {
-			return err
+		if typ == typeS2 {
+			if err := r.decodeS2(op, int(plain)); err != nil {
+				return err
+			}
+			r.stats.S2Blocks++
+		} else {
+			if err := r.decode(op, int(plain)); err != nil {
+				return err
+			}
+			r.stats.ZstdBlocks++
 		}
-		r.stats.ZstdBlocks++
 	}
 	if r.sum != nil {
 		r.sum.Write(r.plain)
@@ -217,6 +225,27 @@ func (r *Reader) decode(op string, plain int) error {
 	}
 	if &out[0] != &r.plain[0] {
 		copy(r.plain, out) // the decoder reallocated; keep r.plain's buffer
+	}
+	return nil
+}
+
+// decodeS2 decodes r.enc, one S2 block, into r.plain. S2 states its
+// decoded length up front: one that is not the declared plaintext length
+// is refused before anything is decoded.
+func (r *Reader) decodeS2(op string, plain int) error {
+	n, err := s2.DecodedLen(r.enc)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s: decode s2: %v: %w", op, err, ErrCorrupt)
+	case n != plain:
+		return fmt.Errorf("%s: s2 payload decodes to %d bytes, declared %d: %w", op, n, plain, ErrCorrupt)
+	}
+	out, err := s2.Decode(r.plain, r.enc)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s: decode s2: %v: %w", op, err, ErrCorrupt)
+	case len(out) != plain || &out[0] != &r.plain[0]:
+		return fmt.Errorf("%s: s2 payload decodes to %d bytes, declared %d: %w", op, len(out), plain, ErrCorrupt)
 	}
 	return nil
 }

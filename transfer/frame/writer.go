@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -43,6 +44,13 @@ type WriterOptions struct {
 	// file's SHA-256. The wire CRC-32C stays. Only a Reader with NoDigest
 	// accepts such a stream.
 	NoDigest bool
+	// WireCost is the least time Auto counts for sending one MiB, however
+	// fast the underlying Write returns. A channel whose bytes cost CPU at
+	// the far end (a relay, a receiver on the same few cores) is never
+	// free even when it keeps up; without a floor Auto would see a
+	// keeping-up link as costless and send compressible data raw. Zero
+	// counts only what the Writer measures.
+	WireCost time.Duration
 }
 
 // Writer frames a byte stream into blocks, compressing each block per
@@ -76,11 +84,11 @@ type Writer struct {
 	miss    int // consecutive blocks that did not pay (Auto)
 	skipped int // blocks sent raw untried since the last try (Auto)
 	stats   Stats
-	link    rate // time the sender spent writing, per wire byte (Auto)
-	zstdT   rate // time compressing, per plaintext byte (Auto)
-	zstdW   rate // wire bytes of blocks tried, per plaintext byte (Auto)
-	raw     bool // Auto found the compressor slower than the link
-	probe   int  // blocks sent raw since the last probe (Auto, raw)
+	link    rate    // time the sender spent writing, per wire byte (Auto)
+	codecT  [2]rate // time compressing, per plaintext byte, by codec (Auto)
+	codecW  [2]rate // wire bytes of blocks tried, per plaintext byte, by codec (Auto)
+	pick    byte    // the codec Auto uses, once measured: typeZstd or typeS2
+	probe   int     // blocks since the last probe of what Auto does not pick
 
 	// Owned by the sender goroutine while it runs, by the caller of Close
 	// once it has stopped (the mutex orders the two).
@@ -96,9 +104,9 @@ type Writer struct {
 type slot struct {
 	plain []byte
 	out   []byte        // block header and payload
-	zstd  bool          // out holds a zstd payload
-	tried bool          // compression was tried
-	took  time.Duration // compressing it
+	typ   byte          // out's block type
+	codec byte          // the compression tried: typeZstd, typeS2, or typeRaw for none
+	took  time.Duration // compressing it, in CPU time where it can be had
 	err   error
 	done  chan struct{} // nil when out was built by the caller (raw)
 }
@@ -106,7 +114,7 @@ type slot struct {
 // NewWriter returns a Writer framing onto w. Invalid options are reported
 // by the first Write or Close.
 func NewWriter(w io.Writer, opts WriterOptions) *Writer {
-	fw := &Writer{w: w}
+	fw := &Writer{w: w, pick: typeS2}
 	fw.cond.L = &fw.mu
 	if opts.BlockSize == 0 {
 		opts.BlockSize = DefaultBlockSize
@@ -122,7 +130,7 @@ func NewWriter(w io.Writer, opts WriterOptions) *Writer {
 		fw.err = fmt.Errorf("new frame writer: block size %d out of range 1..%d", opts.BlockSize, MaxBlockSizeLimit)
 	case opts.MaxRatio < 2:
 		fw.err = fmt.Errorf("new frame writer: max ratio %d under 2", opts.MaxRatio)
-	case opts.Compress != Auto && opts.Compress != Zstd && opts.Compress != None:
+	case opts.Compress != Auto && opts.Compress != Zstd && opts.Compress != S2 && opts.Compress != None:
 		fw.err = fmt.Errorf("new frame writer: unknown compress mode %v", opts.Compress)
 	case opts.Concurrency < 1:
 		fw.err = fmt.Errorf("new frame writer: concurrency %d under 1", opts.Concurrency)
@@ -321,13 +329,13 @@ func (w *Writer) block(p []byte) error {
 	w.mu.Unlock()
 
 	w.cut++
-	s.done, s.zstd, s.tried, s.err = nil, false, try, nil
-	if try {
+	s.done, s.typ, s.codec, s.err = nil, typeRaw, try, nil
+	if try != typeRaw {
 		s.plain = append(s.plain[:0], p...)
 		s.done = make(chan struct{})
 		go w.compress(s, w.opts.Compress, w.opts.MaxRatio, w.opts.BlockSize)
 	} else {
-		s.out, _ = encodeBlock(s.out[:0], p, nil, w.opts.Compress, w.opts.MaxRatio)
+		s.out, s.typ = encodeBlock(s.out[:0], p, nil, w.opts.Compress, w.opts.MaxRatio)
 	}
 
 	w.mu.Lock()
@@ -344,6 +352,13 @@ func (w *Writer) block(p []byte) error {
 // s.done. It touches only s and the encoder pool.
 func (w *Writer) compress(s *slot, mode Mode, maxRatio, blockSize int) {
 	defer close(s.done)
+	if s.codec == typeS2 {
+		var ok bool
+		if s.took = cpuClock(func() { s.out, s.typ, ok = encodeS2(s.out[:0], s.plain, mode, maxRatio) }); ok {
+			return
+		}
+		// Denser than maxRatio allows: S2 has no padding, zstd has.
+	}
 	enc := <-w.encs
 	if enc == nil {
 		var err error
@@ -353,9 +368,7 @@ func (w *Writer) compress(s *slot, mode Mode, maxRatio, blockSize int) {
 			return
 		}
 	}
-	t0 := time.Now()
-	s.out, s.zstd = encodeBlock(s.out[:0], s.plain, enc, mode, maxRatio)
-	s.took = time.Since(t0)
+	s.took += cpuClock(func() { s.out, s.typ = encodeBlock(s.out[:0], s.plain, enc, mode, maxRatio) })
 	w.encs <- enc
 }
 
@@ -416,29 +429,36 @@ func (w *Writer) send() {
 // sent counts a block written, with w.mu held.
 func (w *Writer) sent(s *slot) {
 	plain := float64(binary.BigEndian.Uint32(s.out[1:]))
-	if s.tried {
+	if s.codec != typeRaw {
 		window := float64(zstdWindow * w.opts.BlockSize)
-		w.zstdT.add(s.took.Seconds(), plain, window)
-		w.zstdW.add(float64(len(s.out)-blockHeaderSize), plain, window)
-		if s.zstd {
+		c := codecIndex(s.codec)
+		w.codecT[c].add(s.took.Seconds(), plain, window)
+		// The ratio follows the data at once (the last block tried):
+		// when text follows media, a codec probed once in a while must
+		// not be judged by the media for many probes more.
+		w.codecW[c] = rate{float64(len(s.out) - blockHeaderSize), plain}
+		if s.typ != typeRaw {
 			w.miss = 0
 		} else {
 			w.miss++
 		}
 	}
-	if s.zstd {
+	switch s.typ {
+	case typeZstd:
 		w.stats.ZstdBlocks++
-	} else {
+	case typeS2:
+		w.stats.S2Blocks++
+	default:
 		w.stats.RawBlocks++
 	}
 	w.stats.Plaintext += int64(binary.BigEndian.Uint32(s.out[1:]))
 }
 
-// encodeBlock appends the framed block of plaintext p to out: a zstd
-// block when enc is not nil and compressing pays for mode, else a raw
-// block. It touches nothing but its arguments, so slots run it in
+// encodeBlock appends the framed block of plaintext p to out and returns
+// its type: zstd when enc is not nil and compressing pays for mode, else
+// raw. It touches nothing but its arguments, so slots run it in
 // goroutines.
-func encodeBlock(out, p []byte, enc *zstd.Encoder, mode Mode, maxRatio int) ([]byte, bool) {
+func encodeBlock(out, p []byte, enc *zstd.Encoder, mode Mode, maxRatio int) ([]byte, byte) {
 	h := len(out)
 	out = append(out, zeroHeader[:]...)
 	typ := byte(typeRaw)
@@ -454,61 +474,137 @@ func encodeBlock(out, p []byte, enc *zstd.Encoder, mode Mode, maxRatio int) ([]b
 	if typ == typeRaw {
 		out = append(out, p...)
 	}
-	out[h] = typ
-	binary.BigEndian.PutUint32(out[h+1:], uint32(len(p)))
-	binary.BigEndian.PutUint32(out[h+5:], uint32(len(out)-h-blockHeaderSize))
-	return out, typ == typeZstd
+	return header(out, h, typ, len(p)), typ
 }
 
-// try reports whether the next block is worth compressing, with w.mu
-// held.
-func (w *Writer) try() bool {
+// encodeS2 is encodeBlock with S2: an S2 block when that pays, else raw.
+// ok is false, and out unchanged, for a block that S2 compresses beyond
+// maxRatio, which must go as zstd (padded) instead.
+func encodeS2(out, p []byte, mode Mode, maxRatio int) (_ []byte, typ byte, ok bool) {
+	h := len(out)
+	start := h + blockHeaderSize
+	limit := s2.MaxEncodedLen(len(p))
+	out = slicesGrow(append(out, zeroHeader[:]...), limit)
+	dst := out[start : start+limit]
+	e := s2.Encode(dst, p)
+	if len(e) > 0 && &e[0] != &dst[0] {
+		copy(dst, e) // S2 allocated after all; keep out's buffer
+	}
+	switch {
+	case len(p) > len(e)*maxRatio:
+		return out[:h], typeRaw, false
+	case pays(mode, len(e), len(p)):
+		typ = typeS2
+		out = out[:start+len(e)]
+	default:
+		typ = typeRaw
+		out = append(out[:start], p...)
+	}
+	return header(out, h, typ, len(p)), typ, true
+}
+
+// header fills in the header of the block that starts at out[h:].
+func header(out []byte, h int, typ byte, plain int) []byte {
+	out[h] = typ
+	binary.BigEndian.PutUint32(out[h+1:], uint32(plain))
+	binary.BigEndian.PutUint32(out[h+5:], uint32(len(out)-h-blockHeaderSize))
+	return out
+}
+
+// slicesGrow makes room for n more bytes after len(b), keeping len(b).
+func slicesGrow(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b
+	}
+	g := make([]byte, len(b), len(b)+n)
+	copy(g, b)
+	return g
+}
+
+// try returns the compression to try on the next block (typeRaw for
+// none), with w.mu held.
+func (w *Writer) try() byte {
 	switch w.opts.Compress {
 	case None:
-		return false
+		return typeRaw
 	case Zstd:
-		return true
+		return typeZstd
+	case S2:
+		return typeS2
 	}
-	if w.cut >= warmupBlocks {
+	var c byte
+	if w.cut < warmupBlocks {
+		// Both codecs in turn, so that both are measured by the end.
+		c = typeZstd
+		if w.cut%2 == 1 {
+			c = typeS2
+		}
+	} else {
 		w.adapt()
-		if w.raw {
-			w.probe++
-			if w.probe < probeEvery {
-				return false
-			}
+		c = w.pick
+		w.probe++
+		if w.probe >= probeEvery && w.miss < skipAfter {
+			// Keep the measure of what is not picked current: the data,
+			// the link and the CPU's load all change.
 			w.probe = 0
-			return true
+			return otherCodec(w.pick)
 		}
 	}
 	if w.miss < skipAfter {
-		return true
+		return c
 	}
 	w.skipped++
 	if w.skipped < skipEvery {
-		return false
+		return typeRaw
 	}
 	w.skipped = 0
-	return true
+	return c
 }
 
-// adapt decides, with w.mu held, whether Auto compresses (w.raw false):
-// when the link time compression saves on a byte of plaintext exceeds
-// the time it takes to compress it. Both are measured: the time the
-// sender spends in the underlying Write per wire byte (which is about
-// nothing while the link keeps up, and the link's pace once it is
-// backed up), and the compressor's time and output per plaintext byte.
-// The thresholds differ by hysteresisPct so that the choice does not
-// flap around the balance.
+// otherCodec is the codec Auto probes while it uses c.
+func otherCodec(c byte) byte {
+	if c == typeZstd {
+		return typeS2
+	}
+	return typeZstd
+}
+
+func codecIndex(c byte) int {
+	if c == typeS2 {
+		return 1
+	}
+	return 0
+}
+
+// adapt picks, with w.mu held, the codec Auto uses: zstd or S2,
+// whichever gains the most time per plaintext byte. A codec gains the
+// link time of the bytes it saves less the time it takes. Both are
+// measured: the time the sender spends in the underlying Write per wire
+// byte (about nothing while the link keeps up, the link's pace once it is
+// backed up; never less than WireCost), and each codec's CPU time and
+// output per plaintext byte. On a slow link zstd wins (it saves the most
+// bytes), on a fast one S2 (several times zstd's speed). Raw is not a
+// pick: data that compresses is worth S2's time on any link a relay
+// carries (S2 costs less CPU per byte than relaying the byte does), and
+// data that does not is found by the skip logic in try. A switch needs a
+// gain hysteresisPct of the codec's time over the current pick, so that
+// the choice does not flap around a balance.
 func (w *Writer) adapt() {
-	if w.link.n == 0 || w.zstdT.n == 0 {
+	if w.link.n == 0 || w.codecT[0].n == 0 || w.codecT[1].n == 0 {
 		return
 	}
-	saved := (1 - w.zstdW.per()) * w.link.per()
-	cost := w.zstdT.per()
-	if w.raw {
-		w.raw = saved*100 <= cost*(100+hysteresisPct)
-	} else {
-		w.raw = saved*(100+hysteresisPct) < cost*100
+	link := max(w.link.per(), w.opts.WireCost.Seconds()/(1<<20))
+	gain := func(c byte) (gain, cost float64) {
+		i := codecIndex(c)
+		cost = w.codecT[i].per()
+		return (1-w.codecW[i].per())*link - cost, cost
+	}
+	cur, curCost := gain(w.pick)
+	for _, c := range []byte{typeZstd, typeS2} {
+		g, cost := gain(c)
+		if c != w.pick && (g-cur)*100 > max(cost, curCost)*hysteresisPct {
+			w.pick, cur, curCost = c, g, cost
+		}
 	}
 }
 
@@ -529,7 +625,7 @@ func (r *rate) per() float64 { return r.v / r.n }
 
 // pays reports whether n encoded bytes are worth sending for plain bytes.
 func pays(mode Mode, n, plain int) bool {
-	if mode == Zstd {
+	if mode == Zstd || mode == S2 {
 		return n < plain
 	}
 	return n*100 <= plain*97

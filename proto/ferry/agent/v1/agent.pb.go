@@ -147,6 +147,7 @@ const (
 	Compression_COMPRESSION_AUTO Compression = 0
 	Compression_COMPRESSION_ZSTD Compression = 1
 	Compression_COMPRESSION_NONE Compression = 2
+	Compression_COMPRESSION_S2   Compression = 3
 )
 
 // Enum value maps for Compression.
@@ -155,11 +156,13 @@ var (
 		0: "COMPRESSION_AUTO",
 		1: "COMPRESSION_ZSTD",
 		2: "COMPRESSION_NONE",
+		3: "COMPRESSION_S2",
 	}
 	Compression_value = map[string]int32{
 		"COMPRESSION_AUTO": 0,
 		"COMPRESSION_ZSTD": 1,
 		"COMPRESSION_NONE": 2,
+		"COMPRESSION_S2":   3,
 	}
 )
 
@@ -2440,11 +2443,12 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\x15PLACEMENT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPLACEMENT_NEW\x10\x01\x12\x12\n" +
 	"\x0ePLACEMENT_INTO\x10\x02\x12\x10\n" +
-	"\fPLACEMENT_AS\x10\x03*O\n" +
+	"\fPLACEMENT_AS\x10\x03*c\n" +
 	"\vCompression\x12\x14\n" +
 	"\x10COMPRESSION_AUTO\x10\x00\x12\x14\n" +
 	"\x10COMPRESSION_ZSTD\x10\x01\x12\x14\n" +
-	"\x10COMPRESSION_NONE\x10\x022\x8e\x05\n" +
+	"\x10COMPRESSION_NONE\x10\x02\x12\x12\n" +
+	"\x0eCOMPRESSION_S2\x10\x032\x8e\x05\n" +
 	"\x05Agent\x12D\n" +
 	"\x05Probe\x12\x1c.ferry.agent.v1.ProbeRequest\x1a\x1d.ferry.agent.v1.ProbeResponse\x12A\n" +
 	"\x04Stat\x12\x1b.ferry.agent.v1.StatRequest\x1a\x1c.ferry.agent.v1.StatResponse\x12@\n" +
