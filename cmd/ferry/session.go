@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/session"
+	"github.com/ferry-dev/ferry/session/cache"
 	"github.com/ferry-dev/ferry/session/local"
 	"github.com/ferry-dev/ferry/session/s3store"
 )
@@ -19,8 +21,21 @@ import (
 // openStore opens the session store: --store, else $FERRY_STORE, else
 // session.DefaultLocation. A location s3://BUCKET/PREFIX is an
 // S3-compatible store (endpoint --s3-endpoint, else $AWS_ENDPOINT_URL;
-// credentials from the AWS_* variables); anything else is a directory.
+// credentials from the AWS_* variables; commits as $FERRY_S3_COMMIT
+// says, see s3store.CommitMode) read through the chunk cache in
+// $FERRY_CACHE_DIR (cache.DefaultDir; "off": none); anything else is a
+// directory.
 func (g *globals) openStore(ctx context.Context) (*session.Store, error) {
+	return g.openStoreCached(ctx, true)
+}
+
+// openStoreUncached is openStore without the chunk cache: for verify,
+// which must read the store's own copies.
+func (g *globals) openStoreUncached(ctx context.Context) (*session.Store, error) {
+	return g.openStoreCached(ctx, false)
+}
+
+func (g *globals) openStoreCached(ctx context.Context, cached bool) (*session.Store, error) {
 	loc := g.store
 	if loc == "" {
 		var err error
@@ -36,11 +51,23 @@ func (g *globals) openStore(ctx context.Context) (*session.Store, error) {
 			return nil, usageError{err}
 		}
 		c.Endpoint = g.s3Endpoint
+		c.Commit = s3store.CommitMode(os.Getenv("FERRY_S3_COMMIT"))
 		sb, err := s3store.New(ctx, s3store.FromEnv(c))
 		if err != nil {
 			return nil, fmt.Errorf("session store %s: %w", loc, err)
 		}
 		b = sb
+		if cached {
+			dir, err := cache.DefaultDir()
+			if err != nil {
+				return nil, err
+			}
+			if dir != "off" {
+				if b, err = cache.New(cache.Config{Backend: sb, Dir: dir}); err != nil {
+					return nil, err
+				}
+			}
+		}
 	case strings.Contains(loc, "://"):
 		return nil, usagef("session store %s: want a directory or s3://BUCKET/PREFIX", loc)
 	default:
@@ -64,7 +91,15 @@ func newSessionCmd(g *globals, s streams) *cobra.Command {
 		Long: `Save a sandbox's session directory as a snapshot in the session store,
 restore it into the next sandbox, and keep the store in shape. The store is
 --store DIR, else $FERRY_STORE, else $XDG_STATE_HOME/ferry
-(~/.local/state/ferry).`,
+(~/.local/state/ferry).
+
+A shared store, --store s3://BUCKET/PREFIX, may serve several machines.
+Each keeps the chunks it has read or written in $FERRY_CACHE_DIR (default
+$XDG_CACHE_HOME/ferry/chunks, or ~/.cache/ferry/chunks; "off": no cache),
+checked on every use, so that it downloads none twice; verify bypasses it.
+Commits use the server's conditional writes where it has them, else a lease
+object (FERRY_S3_COMMIT=lease forces the lease, =conditional refuses a
+server without them).`,
 		Args: exactArgs(0),
 		RunE: func(*cobra.Command, []string) error {
 			return usagef("session needs a subcommand: save, restore, list, verify, prune or key")
@@ -272,7 +307,7 @@ corrupt, broken.`,
 			if err != nil {
 				return err
 			}
-			st, err := g.openStore(cmd.Context())
+			st, err := g.openStoreUncached(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 )
 
 // DefaultEndpoint is the endpoint of a Config that names none: AWS S3.
@@ -32,6 +33,51 @@ type Config struct {
 
 	// Transport carries the requests; nil is minio-go's default.
 	Transport http.RoundTripper
+
+	// Commit is how an exclusive Put (a session commit) is kept
+	// exclusive; CommitAuto if empty.
+	Commit CommitMode
+	// LeaseSettle is how long the lease fallback waits between writing
+	// a lease and reading it back, and so the longest a holder may take
+	// from reading its lease back to its commit landing; it must cover
+	// a few requests to the server. DefaultLeaseSettle if zero.
+	LeaseSettle time.Duration
+	// LeaseTTL is how long a lease that was not released blocks the
+	// other committers of its directory (a holder that crashed): a lease
+	// is taken over once its writer's stated expiry has passed, or once
+	// it has been seen unchanged for LeaseTTL. At least twice
+	// LeaseSettle; DefaultLeaseTTL if zero.
+	LeaseTTL time.Duration
+}
+
+// CommitMode says how a Backend makes an exclusive Put exclusive.
+type CommitMode string
+
+const (
+	// CommitAuto probes the server in New and uses conditional writes
+	// where it honours them, else the lease.
+	CommitAuto CommitMode = ""
+	// CommitConditional requires conditional writes: New fails with
+	// ErrNoConditionalWrites on a server that does not honour them.
+	CommitConditional CommitMode = "conditional"
+	// CommitLease always uses the lease, without probing: for a server
+	// whose conditional writes cannot be trusted, and for tests.
+	CommitLease CommitMode = "lease"
+)
+
+// Defaults of Config.LeaseSettle and Config.LeaseTTL.
+const (
+	DefaultLeaseSettle = 2 * time.Second
+	DefaultLeaseTTL    = 30 * time.Second
+)
+
+func (c *Config) applyDefaults() {
+	if c.LeaseSettle == 0 {
+		c.LeaseSettle = DefaultLeaseSettle
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
 }
 
 // FromEnv returns c with its empty fields filled from the usual AWS
@@ -130,6 +176,14 @@ func (c *Config) validate() error {
 	}
 	if c.AccessKeyID == "" || c.SecretAccessKey == "" {
 		return errors.New("s3store: no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
+	}
+	switch c.Commit {
+	case CommitAuto, CommitConditional, CommitLease:
+	default:
+		return fmt.Errorf("s3store: commit mode %q: want %q, %q or empty", c.Commit, CommitConditional, CommitLease)
+	}
+	if c.LeaseSettle < 0 || c.LeaseTTL < 2*c.LeaseSettle {
+		return fmt.Errorf("s3store: lease settle %v and TTL %v: want a TTL of at least twice the settle time", c.LeaseSettle, c.LeaseTTL)
 	}
 	return nil
 }

@@ -1,6 +1,9 @@
 package s3store
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestParseURL(t *testing.T) {
 	for _, tc := range []struct {
@@ -53,5 +56,27 @@ func TestFromEnv(t *testing.T) {
 	c = fromEnv(Config{Endpoint: "http://flag:1", AccessKeyID: "k", SecretAccessKey: "s"}, getenv)
 	if c.Endpoint != "http://flag:1" || c.Region != "us-west-2" || c.AccessKeyID != "k" || c.SecretAccessKey != "s" || c.SessionToken != "" {
 		t.Errorf("explicit fields must win and keys come as a pair: %+v", c)
+	}
+}
+
+func TestValidateCommit(t *testing.T) {
+	base := Config{Bucket: "b", AccessKeyID: "k", SecretAccessKey: "s"}
+	for _, tc := range []struct {
+		mod func(*Config)
+		ok  bool
+	}{
+		{func(*Config) {}, true},
+		{func(c *Config) { c.Commit = CommitLease }, true},
+		{func(c *Config) { c.Commit = "sometimes" }, false},
+		{func(c *Config) { c.LeaseSettle, c.LeaseTTL = time.Second, time.Second }, false},
+		{func(c *Config) { c.LeaseSettle = -time.Second }, false},
+		{func(c *Config) { c.LeaseSettle = time.Minute }, false}, // over twice the default TTL
+	} {
+		c := base
+		tc.mod(&c)
+		c.applyDefaults()
+		if err := c.validate(); (err == nil) != tc.ok {
+			t.Errorf("validate(%+v) = %v, want ok %v", c, err, tc.ok)
+		}
 	}
 }

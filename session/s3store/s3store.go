@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
+	"path"
 	"strings"
 	"time"
 
@@ -20,8 +21,8 @@ import (
 	"github.com/ferry-dev/ferry/session"
 )
 
-// ErrNoConditionalWrites is the error of an exclusive Put on a server that
-// does not honour If-None-Match: *, where the create could race.
+// ErrNoConditionalWrites is the error of New with CommitConditional on a
+// server that does not honour If-None-Match: *.
 var ErrNoConditionalWrites = errors.New("s3store: server does not support conditional writes (If-None-Match)")
 
 const (
@@ -44,15 +45,18 @@ type Backend struct {
 	client      *minio.Client
 	bucket      string
 	prefix      string // "" or ending in "/"
-	conditional bool
+	conditional bool   // else exclusive Puts take the lease
+	settle, ttl time.Duration
 }
 
 var _ session.Backend = (*Backend)(nil)
 
-// New connects to the bucket of c, which must exist, and probes whether
-// the server honours conditional creates by putting one probe object
-// under the prefix twice with If-None-Match: * (then deleting it).
+// New connects to the bucket of c, which must exist, and, unless
+// c.Commit is CommitLease, probes whether the server honours conditional
+// creates by putting one probe object under the prefix twice with
+// If-None-Match: * (then deleting it).
 func New(ctx context.Context, c Config) (*Backend, error) {
+	c.applyDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -73,7 +77,7 @@ func New(ctx context.Context, c Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3store: open %s: %w", host, err)
 	}
-	b := &Backend{client: client, bucket: c.Bucket, prefix: prefix}
+	b := &Backend{client: client, bucket: c.Bucket, prefix: prefix, settle: c.LeaseSettle, ttl: c.LeaseTTL}
 	ok, err := client.BucketExists(ctx, c.Bucket)
 	if err != nil {
 		return nil, fmt.Errorf("s3store: open bucket %s: %w", c.Bucket, err)
@@ -81,14 +85,20 @@ func New(ctx context.Context, c Config) (*Backend, error) {
 	if !ok {
 		return nil, fmt.Errorf("s3store: open bucket %s: %w", c.Bucket, fs.ErrNotExist)
 	}
+	if c.Commit == CommitLease {
+		return b, nil
+	}
 	if b.conditional, err = b.probe(ctx); err != nil {
 		return nil, fmt.Errorf("s3store: probe conditional writes in %s: %w", c.Bucket, err)
+	}
+	if !b.conditional && c.Commit == CommitConditional {
+		return nil, fmt.Errorf("s3store: bucket %s at %s: %w", c.Bucket, host, ErrNoConditionalWrites)
 	}
 	return b, nil
 }
 
-// ConditionalWrites reports whether the server honours If-None-Match: *,
-// that is whether an exclusive Put can succeed.
+// ConditionalWrites reports whether exclusive Puts are conditional
+// creates (If-None-Match: *); if not, they take the lease.
 func (b *Backend) ConditionalWrites() bool { return b.conditional }
 
 // probe creates a fresh object twice with If-None-Match: *; the server
@@ -121,8 +131,14 @@ func validName(name string) bool {
 	return fs.ValidPath(name) && name != "." && !strings.ContainsRune(name, '\\')
 }
 
+// hidden reports the names of the backend's own objects (probes and
+// leases), which List hides and the other methods refuse.
+func hidden(name string) bool {
+	return strings.HasPrefix(name, probeMark) || path.Base(name) == leaseMark
+}
+
 func check(op, name string) error {
-	if !validName(name) || strings.HasPrefix(name, probeMark) {
+	if !validName(name) || hidden(name) {
 		return &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
 	}
 	return nil
@@ -136,17 +152,19 @@ func (b *Backend) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	obj, err := b.client.GetObject(ctx, b.bucket, b.key(name), minio.GetObjectOptions{})
+	body, err := b.getObject(ctx, b.key(name))
 	if err != nil {
 		return nil, pathError("get", name, err)
 	}
-	// Stat makes the request and reports a missing object now, not at
-	// the first Read.
-	if _, err := obj.Stat(); err != nil {
-		obj.Close()
-		return nil, pathError("get", name, err)
-	}
-	return obj, nil
+	return body, nil
+}
+
+// getObject opens key in one GET, which reports a missing object now, not
+// at the first Read (minio-go's Client.GetObject takes two requests for
+// that). The body reads fail once ctx is done.
+func (b *Backend) getObject(ctx context.Context, key string) (io.ReadCloser, error) {
+	body, _, _, err := minio.Core{Client: b.client}.GetObject(ctx, b.bucket, key, minio.GetObjectOptions{})
+	return body, err
 }
 
 // Put implements session.Backend.
@@ -157,14 +175,17 @@ func (b *Backend) Put(ctx context.Context, name string, r io.Reader, exclusive b
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if exclusive && !b.conditional {
-		return pathError("put", name, ErrNoConditionalWrites)
-	}
 	body, size, done, err := spool(ctx, r)
 	if err != nil {
 		return pathError("put", name, err)
 	}
 	defer done()
+	if exclusive && !b.conditional {
+		if err := b.putLeased(ctx, name, body, size); err != nil {
+			return pathError("put", name, err)
+		}
+		return nil
+	}
 	for try := 0; ; try++ {
 		err = b.putObject(ctx, b.key(name), body, size, exclusive)
 		if !exclusive || !isConflict(err) || try == conflictRetries {
@@ -259,7 +280,7 @@ func (b *Backend) List(ctx context.Context, prefix string, fn func(session.Objec
 			return fmt.Errorf("list %s: %w", prefix, oi.Err)
 		}
 		name, ok := strings.CutPrefix(oi.Key, b.prefix)
-		if !ok || strings.HasSuffix(name, "/") || strings.HasPrefix(name, probeMark) || !validName(name) {
+		if !ok || strings.HasSuffix(name, "/") || hidden(name) || !validName(name) {
 			continue
 		}
 		if err := fn(session.ObjectInfo{Name: name, Size: oi.Size, ModTime: oi.LastModified}); err != nil {
