@@ -22,7 +22,7 @@ import (
 // on either side.
 func TestRelayCutAtRandomOffsets(t *testing.T) { forModes(t, testRelayCutAtRandomOffsets) }
 
-func testRelayCutAtRandomOffsets(t *testing.T, mode ferry.Mode) {
+func testRelayCutAtRandomOffsets(t *testing.T, mode variant) {
 	local := t.TempDir()
 	files := map[string]string{}
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -36,7 +36,7 @@ func testRelayCutAtRandomOffsets(t *testing.T, mode ferry.Mode) {
 			g := gatewaytest.Start(t, gatewaytest.Options{Config: gateway.Config{CutAfter: cut}})
 			c := g.Client(t, openshell.Config{})
 			g.Sandbox(t, c, "box")
-			sb := sandboxFor(t, c, mode)
+			sb := sandboxVia(t, c, mode)
 			_, err := ferry.Upload(ctx(t), sb, []string{filepath.Join(local, "tree")}, "up")
 			if !errors.Is(err, relay.ErrRelayLost) {
 				t.Fatalf("upload cut after %d bytes: err = %v, want ErrRelayLost", cut, err)

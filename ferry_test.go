@@ -37,21 +37,39 @@ type env struct {
 	root string // the sandbox's directory
 }
 
-func newEnv(t *testing.T, mode ferry.Mode) env {
+func newEnv(t *testing.T, mode ferry.Mode) env { return newEnvVia(t, variant{Mode: mode}) }
+
+// newEnvVia is newEnv for one variant: its mode over its transport.
+func newEnvVia(t *testing.T, v variant) env {
 	t.Helper()
 	g := gatewaytest.Start(t, gatewaytest.Options{})
 	c := g.Client(t, openshell.Config{})
 	g.Sandbox(t, c, "box")
-	return env{sb: sandboxFor(t, c, mode), root: filepath.Join(g.Root, "box")}
+	return env{sb: sandboxVia(t, c, v), root: filepath.Join(g.Root, "box")}
 }
 
 // modes are what every transfer test runs in: the sandbox's own tools, and
 // ferry's agent.
 var modes = []ferry.Mode{ferry.ModePOSIX, ferry.ModeAgent}
 
-func forModes(t *testing.T, f func(*testing.T, ferry.Mode)) {
-	for _, m := range modes {
-		t.Run(m.String(), func(t *testing.T) { f(t, m) })
+// variant is one way a test reaches its sandbox: a transfer mode over a
+// transport, the gateway's exec RPCs or SSH over its ForwardTcp relay.
+type variant struct {
+	ferry.Mode
+	ssh bool
+}
+
+// forModes runs f in every mode over both transports: "posix", "agent"
+// (exec RPCs), "posix-ssh", "agent-ssh".
+func forModes(t *testing.T, f func(*testing.T, variant)) {
+	for _, ssh := range []bool{false, true} {
+		for _, m := range modes {
+			name := m.String()
+			if ssh {
+				name += "-ssh"
+			}
+			t.Run(name, func(t *testing.T) { f(t, variant{Mode: m, ssh: ssh}) })
+		}
 	}
 }
 
@@ -62,6 +80,17 @@ func sandboxFor(t *testing.T, x relay.Execer, m ferry.Mode) ferry.Sandbox {
 		sb.Agents = agenttest.Bundle(t)
 	}
 	return sb
+}
+
+// sandboxVia is sandbox "box" through c's gateway as v says: c itself, or
+// SSH over c's gateway's relay (closed when t ends).
+func sandboxVia(t *testing.T, c *openshell.Client, v variant) ferry.Sandbox {
+	if !v.ssh {
+		return sandboxFor(t, c, v.Mode)
+	}
+	x := c.SSH(openshell.SSHConfig{})
+	t.Cleanup(func() { x.Close() })
+	return sandboxFor(t, x, v.Mode)
 }
 
 func ctx(t *testing.T) context.Context {
@@ -154,7 +183,7 @@ var src = map[string]string{
 // embedded gateway; each direction must give the same tree.
 func TestCopySemantics(t *testing.T) { forModes(t, testCopySemantics) }
 
-func testCopySemantics(t *testing.T, mode ferry.Mode) {
+func testCopySemantics(t *testing.T, mode variant) {
 	cases := []struct {
 		name    string
 		pre     map[string]string // at the destination side before the copy
@@ -188,7 +217,7 @@ func testCopySemantics(t *testing.T, mode ferry.Mode) {
 	}
 	for _, dir := range []string{"Upload", "Download"} {
 		t.Run(dir, func(t *testing.T) {
-			e := newEnv(t, mode)
+			e := newEnvVia(t, mode)
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
 					// Fresh source and destination roots per case, on the
@@ -253,8 +282,8 @@ func suffix(s string) string {
 
 func TestPull(t *testing.T) { forModes(t, testPull) }
 
-func testPull(t *testing.T, mode ferry.Mode) {
-	e := newEnv(t, mode)
+func testPull(t *testing.T, mode variant) {
+	e := newEnvVia(t, mode)
 	meta := filepath.Join(e.root, "rascal-meta")
 	write(t, meta, map[string]string{"agent.ndjson": "{}\n", "runner.log": "queued\n"})
 	out := t.TempDir()
@@ -280,11 +309,11 @@ func TestRunPullsAfterFailureAndKeepsSecretsOut(t *testing.T) {
 	forModes(t, testRunPullsAfterFailureAndKeepsSecretsOut)
 }
 
-func testRunPullsAfterFailureAndKeepsSecretsOut(t *testing.T, mode ferry.Mode) {
+func testRunPullsAfterFailureAndKeepsSecretsOut(t *testing.T, mode variant) {
 	g := gatewaytest.Start(t, gatewaytest.Options{})
 	c := g.Client(t, openshell.Config{})
 	g.Sandbox(t, c, "box")
-	sb := sandboxFor(t, c, mode)
+	sb := sandboxVia(t, c, mode)
 	local := t.TempDir()
 	const secret = "s3cr3t-token-value-do-not-leak"
 	write(t, local, map[string]string{"instructions.md": "do it", "gh_token": secret})
@@ -318,7 +347,13 @@ func testRunPullsAfterFailureAndKeepsSecretsOut(t *testing.T, mode ferry.Mode) {
 	if log, _ := os.ReadFile(filepath.Join(out, "runner.log")); !strings.Contains(string(log), "working") {
 		t.Fatalf("runner.log lacks the command output: %q", log)
 	}
-	if seen := g.Seen.String(); strings.Contains(seen, secret) || !strings.Contains(seen, "argv:") {
+	// Over SSH the gateway sees no exec request, only the connection
+	// (the commands travel encrypted inside it).
+	saw := "argv:"
+	if mode.ssh {
+		saw = "ssh connection open"
+	}
+	if seen := g.Seen.String(); strings.Contains(seen, secret) || !strings.Contains(seen, saw) {
 		t.Fatalf("the gateway saw the secret (or nothing at all):\n%s", seen)
 	}
 	// Nothing of the secret may be left in the gateway's own records.
@@ -334,8 +369,8 @@ func testRunPullsAfterFailureAndKeepsSecretsOut(t *testing.T, mode ferry.Mode) {
 
 func TestRunPullsAfterCancel(t *testing.T) { forModes(t, testRunPullsAfterCancel) }
 
-func testRunPullsAfterCancel(t *testing.T, mode ferry.Mode) {
-	e := newEnv(t, mode)
+func testRunPullsAfterCancel(t *testing.T, mode variant) {
+	e := newEnvVia(t, mode)
 	out := t.TempDir()
 	c, cancel := context.WithCancel(ctx(t))
 	time.AfterFunc(2*time.Second, cancel)
@@ -355,8 +390,8 @@ func testRunPullsAfterCancel(t *testing.T, mode ferry.Mode) {
 // (and stderr) still copies exactly, in both modes.
 func TestLoginBanner(t *testing.T) { forModes(t, testLoginBanner) }
 
-func testLoginBanner(t *testing.T, mode ferry.Mode) {
-	e := newEnv(t, mode)
+func testLoginBanner(t *testing.T, mode variant) {
+	e := newEnvVia(t, mode)
 	profile := "echo 'Welcome to the sandbox!'; echo 'last login: never'; echo 'motd on stderr' >&2\n"
 	if err := os.WriteFile(filepath.Join(e.root, ".profile"), []byte(profile), 0o644); err != nil {
 		t.Fatal(err)
@@ -421,7 +456,7 @@ func (s *syncBuffer) String() string {
 // little.
 func TestRunResumesSession(t *testing.T) { forModes(t, testRunResumesSession) }
 
-func testRunResumesSession(t *testing.T, mode ferry.Mode) {
+func testRunResumesSession(t *testing.T, mode variant) {
 	st, err := session.New(session.Config{Backend: mustDirBackend(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -429,7 +464,7 @@ func testRunResumesSession(t *testing.T, mode ferry.Mode) {
 	script := `mkdir -p rascal-meta sess; n=$(cat sess/t.jsonl 2>/dev/null | wc -l); echo "run after $n" >> sess/t.jsonl; ` +
 		`echo "{\"exit_code\":0,\"seen\":$n}" > rascal-meta/meta.json`
 	for run := 0; run < 2; run++ {
-		e := newEnv(t, mode) // a fresh sandbox each run
+		e := newEnvVia(t, mode) // a fresh sandbox each run
 		out := filepath.Join(t.TempDir(), "run")
 		res, err := ferry.Run(ctx(t), e.sb, ferry.RunSpec{
 			Argv: []string{"sh", "-c", script}, Out: out,

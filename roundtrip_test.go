@@ -18,8 +18,8 @@ import (
 // scaled down here; `make bench` moves the large ones.
 func TestRoundTripRandomTrees(t *testing.T) { forModes(t, testRoundTripRandomTrees) }
 
-func testRoundTripRandomTrees(t *testing.T, mode ferry.Mode) {
-	e := newEnv(t, mode)
+func testRoundTripRandomTrees(t *testing.T, mode variant) {
+	e := newEnvVia(t, mode)
 	for seed := int64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			src := filepath.Join(t.TempDir(), "src")

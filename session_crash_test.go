@@ -70,7 +70,7 @@ func verifyOK(t *testing.T, st *session.Store, what string) {
 // bytes of the round (agent mode moves only the chunks the store lacks).
 func TestSessionSaveCutMidSave(t *testing.T) { forModes(t, testSessionSaveCutMidSave) }
 
-func testSessionSaveCutMidSave(t *testing.T, mode ferry.Mode) {
+func testSessionSaveCutMidSave(t *testing.T, mode variant) {
 	const base, fresh = 256 << 10, 1 << 20
 	const key = "cut-key"
 	// g0 is the uncut gateway: the first save, the retries, the restore
@@ -79,7 +79,7 @@ func testSessionSaveCutMidSave(t *testing.T, mode ferry.Mode) {
 	g0 := gatewaytest.Start(t, gatewaytest.Options{})
 	c0 := g0.Client(t, openshell.Config{})
 	g0.Sandbox(t, c0, "box")
-	sb0 := sandboxFor(t, c0, mode)
+	sb0 := sandboxVia(t, c0, mode)
 	box0 := filepath.Join(g0.Root, "box")
 	st, _ := newStore(t, nil)
 
@@ -91,7 +91,7 @@ func testSessionSaveCutMidSave(t *testing.T, mode ferry.Mode) {
 		cc := gc.Client(t, openshell.Config{})
 		gc.Sandbox(t, cc, "box")
 		crashTree(t, filepath.Join(gc.Root, "box", "r0"), 0, base, fresh)
-		_, err := ferry.SaveSession(ctx(t), sandboxFor(t, cc, mode), st, "r0", key)
+		_, err := ferry.SaveSession(ctx(t), sandboxVia(t, cc, mode), st, "r0", key)
 		if !errors.Is(err, relay.ErrRelayLost) {
 			t.Fatalf("first save cut: err = %v, want one wrapping relay.ErrRelayLost", err)
 		}
@@ -113,7 +113,7 @@ func testSessionSaveCutMidSave(t *testing.T, mode ferry.Mode) {
 			cc := gc.Client(t, openshell.Config{})
 			gc.Sandbox(t, cc, "box")
 			crashTree(t, filepath.Join(gc.Root, "box", dir), round, base, fresh)
-			_, err := ferry.SaveSession(ctx(t), sandboxFor(t, cc, mode), st, dir, key)
+			_, err := ferry.SaveSession(ctx(t), sandboxVia(t, cc, mode), st, dir, key)
 			if !errors.Is(err, relay.ErrRelayLost) {
 				t.Fatalf("save cut after %d bytes: err = %v, want one wrapping relay.ErrRelayLost", cut, err)
 			}

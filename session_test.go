@@ -58,12 +58,12 @@ func leftovers(t *testing.T, dir string) {
 // modes, nanosecond mtimes, symlinks and empty directories included.
 func TestSessionRoundTrip(t *testing.T) { forModes(t, testSessionRoundTrip) }
 
-func testSessionRoundTrip(t *testing.T, mode ferry.Mode) {
+func testSessionRoundTrip(t *testing.T, mode variant) {
 	g := gatewaytest.Start(t, gatewaytest.Options{})
 	c := g.Client(t, openshell.Config{})
 	g.Sandbox(t, c, "box")
 	g.Sandbox(t, c, "other")
-	sb := sandboxFor(t, c, mode)
+	sb := sandboxVia(t, c, mode)
 	other := sb
 	other.Name = "other"
 	boxRoot, otherRoot := filepath.Join(g.Root, "box"), filepath.Join(g.Root, "other")
@@ -135,8 +135,8 @@ func testSessionRoundTrip(t *testing.T, mode ferry.Mode) {
 
 func TestSessionRestoreMissing(t *testing.T) { forModes(t, testSessionRestoreMissing) }
 
-func testSessionRestoreMissing(t *testing.T, mode ferry.Mode) {
-	e := newEnv(t, mode)
+func testSessionRestoreMissing(t *testing.T, mode variant) {
+	e := newEnvVia(t, mode)
 	st, _ := newStore(t, nil)
 	_, err := ferry.RestoreSession(ctx(t), e.sb, st, "nokey", "s", ferry.SessionRestoreOptions{})
 	if !errors.Is(err, session.ErrNoSnapshot) {
@@ -155,8 +155,8 @@ func testSessionRestoreMissing(t *testing.T, mode ferry.Mode) {
 // fails naming it, before anything reaches the sandbox.
 func TestSessionRestoreCorruptChunk(t *testing.T) { forModes(t, testSessionRestoreCorruptChunk) }
 
-func testSessionRestoreCorruptChunk(t *testing.T, mode ferry.Mode) {
-	e := newEnv(t, mode)
+func testSessionRestoreCorruptChunk(t *testing.T, mode variant) {
+	e := newEnvVia(t, mode)
 	src := filepath.Join(e.root, "sess")
 	write(t, src, map[string]string{"a.jsonl": strings.Repeat("line\n", 1000), "b/c": "C", "e/": ""})
 	st, dir := newStore(t, nil)
@@ -202,8 +202,8 @@ func (b barrier) Put(ctx context.Context, name string, r io.Reader, exclusive bo
 
 func TestSessionConcurrentSaves(t *testing.T) { forModes(t, testSessionConcurrentSaves) }
 
-func testSessionConcurrentSaves(t *testing.T, mode ferry.Mode) {
-	e := newEnv(t, mode)
+func testSessionConcurrentSaves(t *testing.T, mode variant) {
+	e := newEnvVia(t, mode)
 	write(t, e.root, map[string]string{"s1/a": "A", "s2/b": "B"})
 	var wg sync.WaitGroup
 	wg.Add(2)

@@ -28,6 +28,7 @@ type streams struct {
 type globals struct {
 	gateway    string
 	ssh        string
+	transport  string
 	sshKey     string
 	sshKnown   string
 	sshInsec   bool
@@ -110,6 +111,7 @@ active OpenShell gateway configuration (~/.config/openshell).`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.gateway, "gateway", "", "OpenShell gateway URL (http:// or https://)")
 	pf.StringVar(&g.ssh, "ssh", "", "reach the sandbox by direct SSH as USER@HOST[:PORT] instead of a gateway")
+	pf.StringVar(&g.transport, "transport", "exec", "how commands reach a sandbox through the gateway: exec (its exec RPCs) or ssh (SSH over its ForwardTcp relay)")
 	pf.StringVar(&g.sshKey, "ssh-identity", "", "private key file for --ssh (default: ssh-agent)")
 	pf.StringVar(&g.sshKnown, "ssh-known-hosts", "", "known_hosts file for --ssh (default ~/.ssh/known_hosts)")
 	pf.BoolVar(&g.sshInsec, "ssh-insecure-ignore-host-key", false, "accept any SSH host key (anyone on the path can impersonate the host)")
@@ -118,7 +120,7 @@ active OpenShell gateway configuration (~/.config/openshell).`,
 	pf.BoolVarP(&g.quiet, "quiet", "q", false, "print nothing but errors")
 	pf.BoolVarP(&g.verbose, "verbose", "v", false, "log debug detail to stderr")
 	pf.StringVar(&g.mode, "mode", "auto", "how files move: auto (the agent where it runs, else posix), agent, or posix (the sandbox's sh and tar)")
-	pf.StringVar(&g.compress, "compress", "auto", "agent-mode compression: auto (zstd where it pays), zstd, or none")
+	pf.StringVar(&g.compress, "compress", "auto", "agent-mode compression: auto (zstd or S2, whichever the link pays for), zstd, s2, or none")
 	pf.StringVar(&g.s3Endpoint, "s3-endpoint", "", "S3-compatible endpoint URL for an s3:// store (default $AWS_ENDPOINT_URL, else AWS)")
 	pf.StringVar(&g.store, "store", "", "session store: a directory or s3://BUCKET/PREFIX (default $FERRY_STORE, else $XDG_STATE_HOME/ferry or ~/.local/state/ferry)")
 

@@ -14,6 +14,9 @@ import (
 
 // client dials the gateway the global flags and OpenShell settings name.
 func (g *globals) client() (*openshell.Client, error) {
+	if err := g.checkTransport(); err != nil {
+		return nil, err
+	}
 	if g.ssh != "" {
 		return nil, usagef("--ssh reaches one machine directly; sandbox commands need a gateway")
 	}
@@ -37,12 +40,43 @@ func (g *globals) withClient(fn func(*openshell.Client) error) error {
 	return fn(c)
 }
 
+// Values of --transport.
+const (
+	transportExec = "exec"
+	transportSSH  = "ssh"
+)
+
+// checkTransport refuses a --transport that names no transport, and
+// --transport ssh with --ssh, which is direct SSH already.
+func (g *globals) checkTransport() error {
+	switch g.transport {
+	case transportExec:
+	case transportSSH:
+		if g.ssh != "" {
+			return usagef("--transport ssh goes through a gateway; --ssh is direct SSH already")
+		}
+	default:
+		return usagef("--transport %q: want exec or ssh", g.transport)
+	}
+	return nil
+}
+
 // execer returns the channel to run commands on, and its closer.
 func (g *globals) execer() (relay.Execer, func(), error) {
+	if err := g.checkTransport(); err != nil {
+		return nil, nil, err
+	}
 	if g.ssh == "" {
 		c, err := g.client()
 		if err != nil {
 			return nil, nil, err
+		}
+		if g.transport == transportSSH {
+			x := c.SSH(openshell.SSHConfig{})
+			return x, func() {
+				x.Close()
+				c.Close()
+			}, nil
 		}
 		return c, func() { c.Close() }, nil
 	}

@@ -13,4 +13,15 @@
 // NOT_FOUND and FAILED_PRECONDITION for unknown and unready sandboxes.
 // Where upstream leaves processes behind (timeout, a vanished client) this
 // gateway kills the whole process group.
+//
+// The SSH relay (CreateSshSession, RevokeSshSession, ForwardTcp) is served
+// by an SSH server inside the gateway, as the sandbox supervisor serves it:
+// auth "none" for any user, a new Ed25519 host key at every start, exec
+// and shell through the same login shell and cleared environment as exec
+// RPCs, env requests acknowledged and ignored, the sftp subsystem,
+// direct-tcpip to loopback only, no PTY. Upstream's relay limits hold:
+// 3 connections per token, 20 per sandbox, 64 KiB data frames, tokens
+// valid 86400s (Config.SSHSessionTTL). A revoked or expired token opens no
+// new connection; open ones run on until they end, and a connection's
+// processes end with it.
 package gateway

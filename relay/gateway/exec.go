@@ -167,8 +167,12 @@ func (s *Server) exec(stream eventSender, a admitted, stdin io.Reader) error {
 		return &openshellv1.ExecSandboxEvent{Payload: &openshellv1.ExecSandboxEvent_Stderr{Stderr: &openshellv1.ExecSandboxStderr{Data: b}}}
 	}}
 
+	var counts execCounts
+	counts.count(cmd)
 	code, err := runner.Exec(ctx, cmd)
-	log := s.cfg.Logger.With("sandbox", pb.GetMetadata().GetName(), "seconds", time.Since(start).Seconds())
+	elapsed := time.Since(start)
+	s.logExec(pb, cmd, &counts, elapsed, code, execEnd(cmd, elapsed, code, err, context.Cause(ctx), stream.Context().Err()))
+	log := s.cfg.Logger.With("sandbox", pb.GetMetadata().GetName(), "seconds", elapsed.Seconds())
 	if err != nil {
 		cause := context.Cause(ctx)
 		switch {

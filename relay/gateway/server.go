@@ -35,22 +35,29 @@ type Config struct {
 	Version string
 	// Logger receives one line per RPC outcome worth knowing. Default
 	// slog.Default(). Command arguments and environments are never logged
-	// by this package.
+	// here; the sandbox log that GetSandboxLogs serves (logs.go) records
+	// each exec's argv and environment keys, never values or stdin.
 	Logger *slog.Logger
 
 	// CutAfter is a fault-injection hook for tests: when positive, every
 	// exec stream is cut, as a dropped relay would be, once that many bytes
 	// of stdin and output together have crossed it; the RPC then fails
-	// with UNAVAILABLE and the process is killed.
+	// with UNAVAILABLE and the process is killed. An SSH session (exec over
+	// ForwardTcp) counts the same bytes, and its cut ends the whole relay
+	// and every process on it.
 	CutAfter int64
 	// CorruptStdinAfter and CorruptStdoutAfter are fault-injection hooks
 	// for tests: when positive, the byte that follows the first n bytes of
-	// every exec's stdin (or stdout) is flipped, as a faulty relay would,
-	// and the stream goes on.
+	// every exec's (and every SSH session's) stdin (or stdout) is flipped,
+	// as a faulty relay would, and the stream goes on.
 	CorruptStdinAfter, CorruptStdoutAfter int64
 	// DisableInteractive makes ExecSandboxInteractive answer UNIMPLEMENTED,
 	// as an older gateway would, so that clients' fallback can be tested.
 	DisableInteractive bool
+
+	// SSHSessionTTL is how long a CreateSshSession token stays valid.
+	// Default 86400s, as upstream's.
+	SSHSessionTTL time.Duration
 }
 
 // Server implements openshell.v1.OpenShell.
@@ -58,11 +65,14 @@ type Server struct {
 	openshellv1.UnimplementedOpenShellServer
 	cfg  Config
 	reg  *registry
+	logs *logBook
 	user string
 
 	mu     sync.Mutex
 	timers map[string]*time.Timer
 	closed bool
+
+	ssh sshRelay // CreateSshSession tokens and ForwardTcp's SSH server
 }
 
 var _ openshellv1.OpenShellServer = (*Server)(nil)
@@ -92,6 +102,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.SSHSessionTTL == 0 {
+		cfg.SSHSessionTTL = defaultSSHSessionTTL
+	}
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("create root: %w", err)
 	}
@@ -103,11 +116,20 @@ func New(cfg Config) (*Server, error) {
 	if u, err := user.Current(); err == nil {
 		name = u.Username
 	}
-	s := &Server{cfg: cfg, reg: reg, user: name, timers: map[string]*time.Timer{}}
+	logs, err := newLogBook(filepath.Join(reg.metaDir(), "logs"), cfg.Logger, func(id string) bool {
+		_, ok := reg.lookup(id)
+		return ok
+	})
+	if err != nil {
+		return nil, err
+	}
+	logs.prune()
+	s := &Server{cfg: cfg, reg: reg, logs: logs, user: name, timers: map[string]*time.Timer{}}
 	// A sandbox left PROVISIONING by a previous run is ready now.
 	for _, sb := range reg.list("", true) {
 		if sb.GetStatus().GetPhase() == openshellv1.SandboxPhase_SANDBOX_PHASE_PROVISIONING {
 			reg.setPhase(sb.GetMetadata().GetId(), openshellv1.SandboxPhase_SANDBOX_PHASE_READY)
+			s.logEvent(sb.GetMetadata().GetId(), "sandbox ready", nil)
 		}
 	}
 	return s, nil
@@ -170,6 +192,7 @@ func (s *Server) CreateSandbox(ctx context.Context, req *openshellv1.CreateSandb
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	id := sb.GetMetadata().GetId()
+	s.logEvent(id, "sandbox created", createdFields(sb))
 	s.mu.Lock()
 	if !s.closed {
 		s.timers[id] = time.AfterFunc(s.cfg.ReadyDelay, func() {
@@ -177,6 +200,7 @@ func (s *Server) CreateSandbox(ctx context.Context, req *openshellv1.CreateSandb
 			delete(s.timers, id)
 			s.mu.Unlock()
 			s.reg.setPhase(id, openshellv1.SandboxPhase_SANDBOX_PHASE_READY)
+			s.logEvent(id, "sandbox ready", nil)
 		})
 	}
 	s.mu.Unlock()
@@ -212,17 +236,22 @@ func (s *Server) DeleteSandbox(ctx context.Context, req *openshellv1.DeleteSandb
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name is required")
 	}
-	if sb, ok := s.reg.get(req.GetWorkspace(), req.GetName()); ok {
+	sb, ok := s.reg.get(req.GetWorkspace(), req.GetName())
+	if ok {
 		s.mu.Lock()
 		if t, ok := s.timers[sb.GetMetadata().GetId()]; ok {
 			t.Stop()
 			delete(s.timers, sb.GetMetadata().GetId())
 		}
 		s.mu.Unlock()
+		s.logEvent(sb.GetMetadata().GetId(), "sandbox deleting", map[string]string{"name": req.GetName()})
 	}
 	found, err := s.reg.remove(req.GetWorkspace(), req.GetName())
 	if !found {
 		return nil, status.Errorf(codes.NotFound, "sandbox not found")
+	}
+	if ok {
+		s.logs.drop(sb.GetMetadata().GetId())
 	}
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
@@ -238,6 +267,9 @@ func (s *Server) WatchSandbox(req *openshellv1.WatchSandboxRequest, stream grpc.
 	sb, ok := s.reg.lookup(req.GetId())
 	if !ok {
 		return status.Errorf(codes.NotFound, "sandbox not found")
+	}
+	if req.GetFollowLogs() {
+		return s.watchWithLogs(req, stream, sb)
 	}
 	var last openshellv1.SandboxPhase = -1
 	for {

@@ -8,5 +8,9 @@
 // one message. A stream that ends without an exit event, or UNAVAILABLE, is
 // relay.ErrRelayLost.
 //
+// [SSH] is the other transport: SSH over the gateway's ForwardTcp relay,
+// run by relay/sshexec, with one connection and one CreateSshSession token
+// per sandbox.
+//
 // Settings come from where OpenShell users already keep them (see Resolve).
 package openshell

@@ -1,0 +1,392 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/pkg/sftp"
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/sys/unix"
+)
+
+// sshOutputGrace bounds how long a session waits, after its process has
+// exited, for the output pipes to close (a background child may hold
+// them); past it the process group is killed, as on the exec path.
+const sshOutputGrace = time.Second
+
+// sshSession serves one "session" channel: env requests are acknowledged
+// and ignored, exec and shell start one process, signal reaches its
+// process group, the "sftp" subsystem is served in the sandbox directory,
+// and pty-req and other subsystems are refused. It returns once the
+// channel has closed and its process (or sftp server) and copiers are
+// done; a channel closed before its process exited kills the process
+// group.
+//
+// The fault hooks act on each session's stdin and output as they act on
+// an exec stream's; a cut ends the whole connection through cut, as a
+// dropped relay would.
+func (s *Server) sshSession(ctx context.Context, cut context.CancelCauseFunc, nch ssh.NewChannel, a admitted) {
+	ch, reqs, err := nch.Accept()
+	if err != nil {
+		return
+	}
+	defer ch.Close()
+	var p *sshProc
+	var sftpDone chan struct{}
+	for req := range reqs {
+		ok := false
+		switch req.Type {
+		case "env":
+			// Upstream's supervisor accepts and ignores them: a sandbox's
+			// environment is its spec's, not the client's.
+			ok = true
+		case "exec", "shell":
+			if p != nil || sftpDone != nil {
+				break
+			}
+			argv := []string{s.cfg.Shell[0], "-l"}
+			if req.Type == "exec" {
+				var m struct{ Command string }
+				if ssh.Unmarshal(req.Payload, &m) != nil || strings.ContainsRune(m.Command, 0) {
+					break
+				}
+				argv = append(append([]string(nil), s.cfg.Shell...), m.Command)
+			}
+			p, err = s.startProc(ctx, cut, ch, a, argv)
+			if err != nil {
+				s.cfg.Logger.Warn("ssh exec failed to start", "sandbox", a.pb.GetMetadata().GetName(), "err", err)
+				break
+			}
+			ok = true
+		case "signal":
+			var m struct{ Signal string }
+			if p != nil && ssh.Unmarshal(req.Payload, &m) == nil {
+				ok = p.signal(m.Signal)
+			}
+		case "subsystem":
+			var m struct{ Name string }
+			if p != nil || sftpDone != nil || ssh.Unmarshal(req.Payload, &m) != nil || m.Name != "sftp" {
+				break
+			}
+			sftpDone = make(chan struct{})
+			go func() {
+				defer close(sftpDone)
+				s.serveSFTP(ch, a)
+			}()
+			ok = true
+		case "pty-req", "window-change":
+			// No terminals: ferry's streams are binary, and a PTY would
+			// corrupt them.
+		}
+		if req.WantReply {
+			_ = req.Reply(ok, nil)
+		}
+	}
+	// The channel is closed (by the client, or with the connection).
+	if p != nil {
+		p.stop()
+		p.wait()
+	}
+	if sftpDone != nil {
+		// Serve has seen the channel's EOF.
+		<-sftpDone
+	}
+}
+
+// serveSFTP serves the sftp subsystem on ch until the client is done, with
+// relative paths under the sandbox directory, then reports exit status 0
+// (1 on a protocol error) and closes the channel, as OpenSSH's
+// sftp-server process would. Like exec, it runs with the gateway's own
+// file access: absolute paths reach the whole filesystem.
+func (s *Server) serveSFTP(ch ssh.Channel, a admitted) {
+	code := uint32(0)
+	srv, err := sftp.NewServer(ch, sftp.WithServerWorkingDirectory(a.sb.dir))
+	if err == nil {
+		err = srv.Serve()
+	}
+	if err != nil {
+		s.cfg.Logger.Info("sftp session failed", "sandbox", a.pb.GetMetadata().GetName(), "err", err)
+		code = 1
+	}
+	_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{code}))
+	_ = ch.Close()
+}
+
+// sshProc is one process started for an SSH session, in a session (and
+// process group) of its own, as OpenSSH's sshd starts one: a client's
+// "kill -TERM -PGID" reaches everything it started.
+type sshProc struct {
+	ch     ssh.Channel
+	quit   chan struct{} // closed by stop
+	once   sync.Once
+	wg     sync.WaitGroup // the pump, the copiers and run
+	mu     sync.Mutex
+	pid    int
+	exited bool // reaped: pid may be reused, nothing may signal it
+}
+
+func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch ssh.Channel, a admitted, argv []string) (*sshProc, error) {
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("create stdin pipe: %w", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		closeFiles(inR, inW)
+		return nil, fmt.Errorf("create stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeFiles(inR, inW, outR, outW)
+		return nil, fmt.Errorf("create stderr pipe: %w", err)
+	}
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Dir = a.sb.dir
+	c.Env = s.environ(a.sb.dir, a.pb)
+	c.Stdin, c.Stdout, c.Stderr = inR, outW, errW
+	c.SysProcAttr = sessionAttr()
+	if err := c.Start(); err != nil {
+		closeFiles(inR, inW, outR, outW, errR, errW)
+		return nil, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	// The child holds its own copies; ours would keep EOF from coming.
+	closeFiles(inR, outW, errW)
+	p := &sshProc{ch: ch, quit: make(chan struct{}), pid: c.Process.Pid}
+
+	fault := &cutter{left: s.cfg.CutAfter, on: s.cfg.CutAfter > 0, cancel: cut}
+	stdin := &faultReader{r: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdinAfter}}
+	p.wg.Go(func() {
+		// Ends at the client's EOF, when the channel closes, or when
+		// the process no longer reads (inW is closed by run).
+		_, _ = io.Copy(inW, stdin)
+		inW.Close()
+	})
+	var copiers sync.WaitGroup
+	copiers.Add(2)
+	for _, o := range []struct {
+		r *os.File
+		w io.Writer
+	}{
+		{outR, &faultWriter{w: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdoutAfter}}},
+		{errR, &faultWriter{w: ch.Stderr(), c: fault}},
+	} {
+		p.wg.Go(func() {
+			defer copiers.Done()
+			if _, err := io.Copy(o.w, o.r); err != nil && !errors.Is(err, os.ErrClosed) {
+				// The channel is gone: nobody reads the output.
+				p.stop()
+			}
+		})
+	}
+	outputDone := make(chan struct{})
+	p.wg.Go(func() {
+		copiers.Wait()
+		close(outputDone)
+	})
+	p.wg.Go(func() {
+		p.run(ctx, c, outputDone, func() { closeFiles(outR, errR) })
+		inW.Close()
+	})
+	return p, nil
+}
+
+// run waits for the process, or kills its group when the session or the
+// connection ends first, then reports the exit status on the channel and
+// closes it. The process is reaped only after the last kill of its group
+// (see killGroup).
+func (p *sshProc) run(ctx context.Context, c *exec.Cmd, outputDone <-chan struct{}, closeOutput func()) {
+	exited := make(chan struct{})
+	go func() {
+		waitExited(p.pid)
+		close(exited)
+	}()
+	reap := func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		// The status is read from c.ProcessState; Wait's error only
+		// repeats it.
+		_ = c.Wait()
+		p.exited = true
+	}
+	killed := false
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		killed = true
+	case <-p.quit:
+		killed = true
+	}
+	if killed {
+		killGroup(p.pid)
+		<-exited
+		reap()
+		closeOutput()
+		<-outputDone
+		return
+	}
+	grace := time.NewTimer(sshOutputGrace)
+	defer grace.Stop()
+	select {
+	case <-outputDone:
+	case <-grace.C:
+		killGroup(p.pid)
+		closeOutput()
+		<-outputDone
+	case <-ctx.Done():
+		killGroup(p.pid)
+		reap()
+		closeOutput()
+		<-outputDone
+		return
+	}
+	reap()
+	closeOutput()
+	p.sendExit(c.ProcessState)
+	_ = p.ch.CloseWrite()
+	_ = p.ch.Close()
+}
+
+// sendExit reports how the process ended, as RFC 4254 section 6.10 says:
+// exit-status, or exit-signal for a death by signal.
+func (p *sshProc) sendExit(ps *os.ProcessState) {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		name := strings.TrimPrefix(unix.SignalName(ws.Signal()), "SIG")
+		if name == "" {
+			name = strconv.Itoa(int(ws.Signal()))
+		}
+		_, _ = p.ch.SendRequest("exit-signal", false, ssh.Marshal(struct {
+			Signal     string
+			CoreDumped bool
+			Error      string
+			Lang       string
+		}{Signal: name, CoreDumped: ws.CoreDump()}))
+		return
+	}
+	_, _ = p.ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{uint32(ps.ExitCode())}))
+}
+
+// signal sends the named signal (RFC 4254 names: "TERM", "KILL") to the
+// process group, while the process has not been reaped.
+func (p *sshProc) signal(name string) bool {
+	sig := unix.SignalNum("SIG" + name)
+	if sig == 0 {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exited {
+		return false
+	}
+	return syscall.Kill(-p.pid, sig) == nil
+}
+
+// stop kills the process group unless the process has exited already.
+func (p *sshProc) stop() { p.once.Do(func() { close(p.quit) }) }
+
+func (p *sshProc) wait() { p.wg.Wait() }
+
+// directTCPIP serves a "direct-tcpip" channel (ssh -L) to a port on the
+// loopback interface; any other destination is refused, as the
+// supervisor refuses it.
+func (s *Server) directTCPIP(ctx context.Context, nch ssh.NewChannel) {
+	var m struct {
+		Host       string
+		Port       uint32
+		OriginHost string
+		OriginPort uint32
+	}
+	if err := ssh.Unmarshal(nch.ExtraData(), &m); err != nil || m.Port > 65535 {
+		_ = nch.Reject(ssh.ConnectionFailed, "malformed direct-tcpip request")
+		return
+	}
+	d := net.Dialer{Timeout: 10 * time.Second, Control: loopbackOnly}
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(m.Host, strconv.Itoa(int(m.Port))))
+	if errors.Is(err, errNotLoopback) {
+		_ = nch.Reject(ssh.Prohibited, "only loopback destinations may be forwarded")
+		return
+	}
+	if err != nil {
+		_ = nch.Reject(ssh.ConnectionFailed, err.Error())
+		return
+	}
+	defer conn.Close()
+	ch, reqs, err := nch.Accept()
+	if err != nil {
+		return
+	}
+	defer ch.Close()
+	stop := context.AfterFunc(ctx, func() {
+		conn.Close()
+		ch.Close()
+	})
+	defer stop()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		// reqs closes with the channel; the TCP side goes with it.
+		ssh.DiscardRequests(reqs)
+		conn.Close()
+	})
+	wg.Go(func() {
+		_, _ = io.Copy(conn, ch)
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+	})
+	_, _ = io.Copy(ch, conn)
+	_ = ch.CloseWrite()
+	// The client closes the channel once it has both EOFs, or earlier;
+	// either ends the copy above and the requests.
+	wg.Wait()
+}
+
+// faultWriter is eventWriter's fault hooks for an SSH channel.
+type faultWriter struct {
+	w    io.Writer
+	c    *cutter
+	flip flipper
+}
+
+func (f *faultWriter) Write(p []byte) (int, error) {
+	m := f.c.take(len(p))
+	f.flip.pass(p[:m])
+	if m > 0 {
+		if _, err := f.w.Write(p[:m]); err != nil {
+			return 0, err
+		}
+	}
+	if m < len(p) {
+		return m, errCut
+	}
+	return len(p), nil
+}
+
+var errNotLoopback = errors.New("gateway: destination is not a loopback address")
+
+// loopbackOnly refuses, at connect time (after name resolution), every
+// destination outside the loopback interface.
+func loopbackOnly(_, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return errNotLoopback
+	}
+	return nil
+}
+
+func closeFiles(fs ...*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
