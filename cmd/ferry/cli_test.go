@@ -144,6 +144,9 @@ func isolate(t *testing.T) string {
 	t.Helper()
 	xdg := t.TempDir()
 	t.Setenv("XDG_CONFIG_HOME", xdg)
+	// The S3 store's chunk cache lives there: never the machine's own.
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Setenv("FERRY_CACHE_DIR", "")
 	t.Setenv("HOME", t.TempDir())
 	t.Setenv("OPENSHELL_SYSTEM_GATEWAY_DIR", t.TempDir())
 	for _, k := range []string{"OPENSHELL_GATEWAY", "OPENSHELL_GATEWAY_ENDPOINT", "OPENSHELL_GATEWAY_INSECURE", "OPENSHELL_WORKSPACE"} {

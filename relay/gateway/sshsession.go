@@ -17,6 +17,8 @@ import (
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
+
+	"github.com/ferry-dev/ferry/relay"
 )
 
 // sshOutputGrace bounds how long a session waits, after its process has
@@ -133,6 +135,7 @@ type sshProc struct {
 	mu     sync.Mutex
 	pid    int
 	exited bool // reaped: pid may be reused, nothing may signal it
+	counts execCounts
 }
 
 func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch ssh.Channel, a admitted, argv []string) (*sshProc, error) {
@@ -164,7 +167,7 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 	p := &sshProc{ch: ch, quit: make(chan struct{}), pid: c.Process.Pid}
 
 	fault := &cutter{left: s.cfg.CutAfter, on: s.cfg.CutAfter > 0, cancel: cut}
-	stdin := &faultReader{r: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdinAfter}}
+	stdin := countReader{r: &faultReader{r: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdinAfter}}, n: &p.counts.stdin}
 	p.wg.Go(func() {
 		// Ends at the client's EOF, when the channel closes, or when
 		// the process no longer reads (inW is closed by run).
@@ -177,8 +180,8 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 		r *os.File
 		w io.Writer
 	}{
-		{outR, &faultWriter{w: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdoutAfter}}},
-		{errR, &faultWriter{w: ch.Stderr(), c: fault}},
+		{outR, countWriter{w: &faultWriter{w: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdoutAfter}}, n: &p.counts.stdout}},
+		{errR, countWriter{w: &faultWriter{w: ch.Stderr(), c: fault}, n: &p.counts.stderr}},
 	} {
 		p.wg.Go(func() {
 			defer copiers.Done()
@@ -193,9 +196,18 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 		copiers.Wait()
 		close(outputDone)
 	})
+	start := time.Now()
 	p.wg.Go(func() {
-		p.run(ctx, c, outputDone, func() { closeFiles(outR, errR) })
+		end := p.run(ctx, c, outputDone, func() { closeFiles(outR, errR) })
 		inW.Close()
+		// The same record as an exec RPC's, for the audit log: the
+		// command line is what the client sent (ferry never puts a secret
+		// in it), never the bytes of stdin or the output.
+		code := -1
+		if c.ProcessState != nil {
+			code = c.ProcessState.ExitCode()
+		}
+		s.logExec(a.pb, &relay.Command{Argv: argv[len(argv)-1:]}, &p.counts, time.Since(start), code, end)
 	})
 	return p, nil
 }
@@ -204,7 +216,10 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 // connection ends first, then reports the exit status on the channel and
 // closes it. The process is reaped only after the last kill of its group
 // (see killGroup).
-func (p *sshProc) run(ctx context.Context, c *exec.Cmd, outputDone <-chan struct{}, closeOutput func()) {
+//
+// It returns how the process ended, as the exec log names it: "exit", or
+// "cancel" when the session or connection ended first.
+func (p *sshProc) run(ctx context.Context, c *exec.Cmd, outputDone <-chan struct{}, closeOutput func()) string {
 	exited := make(chan struct{})
 	go func() {
 		waitExited(p.pid)
@@ -232,7 +247,7 @@ func (p *sshProc) run(ctx context.Context, c *exec.Cmd, outputDone <-chan struct
 		reap()
 		closeOutput()
 		<-outputDone
-		return
+		return "cancel"
 	}
 	grace := time.NewTimer(sshOutputGrace)
 	defer grace.Stop()
@@ -247,13 +262,14 @@ func (p *sshProc) run(ctx context.Context, c *exec.Cmd, outputDone <-chan struct
 		reap()
 		closeOutput()
 		<-outputDone
-		return
+		return "cancel"
 	}
 	reap()
 	closeOutput()
 	p.sendExit(c.ProcessState)
 	_ = p.ch.CloseWrite()
 	_ = p.ch.Close()
+	return "exit"
 }
 
 // sendExit reports how the process ended, as RFC 4254 section 6.10 says:
