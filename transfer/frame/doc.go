@@ -55,21 +55,24 @@
 //
 // # Compression
 //
-// In Auto mode (--compress auto, the default) a Writer sends each block
-// raw, zstd or S2, whichever makes the stream go fastest, measured as it
-// goes, like zstd --adapt. It measures the link by its own queue: the time
-// its sender goroutine spends in the underlying Write per wire byte is
-// about nothing while the link keeps up, and the link's pace once blocks
-// back up behind it. It measures each codec's time and output per byte on
-// the blocks it tries. A codec gains the link time of the bytes it saves
-// less its own time; Auto picks the greatest gain, with some hysteresis:
-// zstd on a slow link (a gateway across a WAN), where its extra saving is
-// worth its time; S2, several times faster at somewhat less compression,
-// on a fast link that is still slower than S2 (loopback and LANs, where
-// the relay's and receiver's CPU is the limit); raw where the link outruns
-// even S2. What it does not pick is probed every 16th block to keep the
-// measures current. The first 16 blocks (4 MiB by default) are compressed
-// whatever the link, zstd and S2 in turn, before the link can be
+// In Auto mode (--compress auto, the default) a Writer compresses each
+// block with zstd or S2, whichever makes the stream go fastest, measured as
+// it goes, like zstd --adapt, and sends raw what does not compress. It
+// measures the link by its own queue: the time its sender goroutine spends
+// in the underlying Write per wire byte is about nothing while the link
+// keeps up, and the link's pace once blocks back up behind it; it counts a
+// byte at no less than WriterOptions.WireCost, since bytes on a relay cost
+// CPU at the far end even when the link keeps up. It measures each codec's
+// CPU time (per thread, so a busy machine does not inflate it) and output
+// per byte on the blocks it tries. A codec gains the link time of the bytes
+// it saves less its own time; Auto picks the greater gain, with some
+// hysteresis: zstd on a slow link (a gateway across a WAN), where its extra
+// saving is worth its time; S2, several times faster at somewhat less
+// compression, on a fast one (loopback and LANs, where the relay's and the
+// receiver's CPU is the limit, and S2 costs less than relaying the bytes
+// it saves). The codec it does not pick is probed every 64th block to keep
+// its measure current. The first 16 blocks (4 MiB by default) are
+// compressed whatever the link, zstd and S2 in turn, before the link can be
 // measured, so small streams always are. A compressed block is sent only
 // if it is at most 97% of the plaintext: compressibility is measured on
 // every block tried, not guessed from file names. After 4 blocks in a row

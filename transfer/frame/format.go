@@ -33,9 +33,11 @@ const (
 	// or the start of one, before the link can be measured), then only
 	// blocks the link is waiting for.
 	warmupBlocks = 16
-	// In raw mode Auto still compresses every probeEvery-th block, to
-	// keep its measure of the compressor current.
-	probeEvery = 16
+	// Auto tries the codec it does not use on every probeEvery-th block,
+	// to keep its measure current: rarely, since on a fast link that
+	// codec is zstd, several times S2's cost (at 16, probes took a tenth
+	// of an upload's CPU).
+	probeEvery = 64
 	// hysteresisPct is how far apart Auto's thresholds for switching to
 	// raw and back are, in percent.
 	hysteresisPct = 25

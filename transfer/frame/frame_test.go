@@ -130,7 +130,7 @@ func TestDefaultBlockSize(t *testing.T) {
 }
 
 // TestAutoSkip: after a run of incompressible blocks Auto tries only every
-// skipEvery-th (probeEvery-th) block, and resumes compressing once they pay.
+// skipEvery-th block, and resumes compressing once they pay.
 func TestAutoSkip(t *testing.T) {
 	const bs, n = 4 << 10, 64
 	data := append(randomData(n*bs), textData(n*bs)...)

@@ -6,10 +6,9 @@ import "fmt"
 type Mode int
 
 const (
-	// Auto sends each block raw, zstd or S2, whichever the Writer
+	// Auto compresses each block with zstd or S2, whichever the Writer
 	// measures to make the stream go fastest: zstd where the link is
-	// slow, S2 where it is fast, raw where it outruns S2 (see the package
-	// documentation). The first warmupBlocks blocks are compressed
+	// slow, S2 where it is fast (see the package documentation). The first warmupBlocks blocks are compressed
 	// regardless, zstd and S2 in turn. The encoded block must be at most
 	// 97% of the plaintext, else the block is sent raw. After skipAfter
 	// consecutive blocks that did not pay, only every skipEvery-th block
