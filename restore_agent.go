@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"sync"
+	"time"
 
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer"
@@ -15,9 +17,13 @@ import (
 // the store's chunks travel as stored, and the agent decodes and checks
 // each against its id before writing it. Compared with streaming the tree
 // as tar (POSIX mode), the host neither decompresses nor recompresses
-// anything, and the wire carries the store's zstd. A chunk the agent
-// refuses is looked at again here, so that the error says whether the
-// store or the channel damaged it.
+// anything, and the wire carries the store's zstd. The chunks are read
+// from the store prefetchWindow ahead of the stream (see prefetch). A
+// chunk the store lacks, or holds over the size bound, fails the restore
+// with a *session.IntegrityError naming it; the agent has then placed
+// nothing, as it places the tree only after the whole stream. A chunk the
+// agent refuses is looked at again here, so that the error says whether
+// the store or the channel damaged it.
 func (a agentRemote) restoreSnapshot(ctx context.Context, st *session.Store, m *session.Manifest, dest string, place transfer.Placement) (CopyStats, error) {
 	entries := make([]agent.RestoreEntry, 0, len(m.Entries)+1)
 	if place == transfer.PlaceNew {
@@ -43,13 +49,21 @@ func (a agentRemote) restoreSnapshot(ctx context.Context, st *session.Store, m *
 		entries = append(entries, re)
 	}
 	staging := transfer.StagingPrefix + randomTag()
-	stored := func(ctx context.Context, id [32]byte, buf []byte) ([]byte, error) {
-		return st.ReadStored(ctx, id, buf)
-	}
-	res, err := a.c.Restore(ctx, agent.RestoreSpec{Dest: dest, Place: place, Staging: staging}, entries, stored)
+	pf := startPrefetch(ctx, st, m, entries, prefetchWindow)
+	defer pf.close()
+	res, err := a.c.Restore(ctx, agent.RestoreSpec{Dest: dest, Place: place, Staging: staging}, entries, pf.next)
 	if err != nil {
-		if a.c.Lost() {
-			a.removeStaging(ctx, path.Join(transfer.StagingParent(dest, place), staging))
+		stagingPath := path.Join(transfer.StagingParent(dest, place), staging)
+		switch {
+		case a.c.Lost():
+			a.removeStaging(ctx, stagingPath)
+		case pf.stopped():
+			// The host broke the stream off (a chunk it could not read,
+			// or its context): the agent removes its staging directory
+			// once it notices, unless the connection's close stops it
+			// first (its server does not wait for handlers), so the host
+			// removes it too, while the connection is up.
+			a.removeBrokenStaging(ctx, stagingPath)
 		}
 		var ce *agent.ChunkError
 		if errors.As(err, &ce) {
@@ -58,6 +72,17 @@ func (a agentRemote) restoreSnapshot(ctx context.Context, st *session.Store, m *
 		return CopyStats{}, err
 	}
 	return statsOf(res), nil
+}
+
+// removeBrokenStaging removes the staging directory p of a restore the
+// host broke off, through the agent's connection, which is still up.
+// Failures are logged: the restore has failed already.
+func (a agentRemote) removeBrokenStaging(ctx context.Context, p string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := a.c.Remove(ctx, p); err != nil {
+		a.log.Warn("cannot remove the staging directory of a failed restore", "sandbox", a.sb.Name, "path", p, "err", err)
+	}
 }
 
 // blameChunk turns the agent's refusal of a chunk into the store's
@@ -75,4 +100,132 @@ func blameChunk(ctx context.Context, st *session.Store, m *session.Manifest, ce 
 		return errors.Join(err, rerr)
 	}
 	return fmt.Errorf("%w: the sandbox refused chunk %s of %q, which is intact in the store: %v", transfer.ErrDigest, id, ce.Path, err)
+}
+
+// prefetchWindow bounds the chunks a restore reads ahead of its stream:
+// enough requests in flight to hide a round trip to the store (about a
+// millisecond to S3 on loopback, tens across a network) behind the others,
+// and at most prefetchWindow+2 buffers of a stored chunk (~130 KiB) held.
+const prefetchWindow = 16
+
+// prefetch reads a restore's stored chunks ahead of the stream that sends
+// them, in the order agent.Client.Restore asks for them: every chunk
+// reference of the entries, in order (a chunk two files share is read
+// twice, as Restore sends it twice). The first failed read stops the
+// others and is what every later call of next returns. Its goroutines
+// have all returned when close does.
+type prefetch struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup // the producer and every read
+	ids    [][32]byte     // Restore's calls, in order
+	due    chan *fetched  // reads started, in order; closed when the producer ends
+	free   chan []byte    // buffers Restore has handed back
+	n      int            // calls of next so far
+}
+
+// fetched is one read, and its result once done is closed.
+type fetched struct {
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+// startPrefetch starts reading the chunks of entries, window ahead.
+func startPrefetch(ctx context.Context, st *session.Store, m *session.Manifest, entries []agent.RestoreEntry, window int) *prefetch {
+	ctx, cancel := context.WithCancelCause(ctx)
+	p := &prefetch{ctx: ctx, cancel: cancel, due: make(chan *fetched, window), free: make(chan []byte, window+2)}
+	for _, e := range entries {
+		for _, c := range e.Chunks {
+			p.ids = append(p.ids, c.ID)
+		}
+	}
+	p.wg.Go(func() {
+		defer close(p.due)
+		for _, id := range p.ids {
+			f := &fetched{done: make(chan struct{})}
+			// due's capacity is the window: a read starts only once one
+			// of the window's results has been taken.
+			select {
+			case p.due <- f:
+			case <-ctx.Done():
+				return
+			}
+			p.wg.Go(func() {
+				defer close(f.done)
+				var buf []byte
+				select {
+				case buf = <-p.free:
+				default:
+				}
+				f.data, f.err = st.ReadStored(ctx, id, buf)
+				if f.err != nil {
+					f.err = integrity(m, id, f.err)
+					cancel(f.err)
+				}
+			})
+		}
+	})
+	return p
+}
+
+// integrity turns a read's missing or oversized chunk into the
+// *session.IntegrityError the restore reports, as the store check before
+// a POSIX-mode restore does.
+func integrity(m *session.Manifest, id session.ID, err error) error {
+	switch {
+	case errors.Is(err, session.ErrChunkMissing):
+		return &session.IntegrityError{Key: m.Key, Seq: m.Seq, Missing: []session.ID{id}}
+	case errors.Is(err, session.ErrChunkCorrupt):
+		return &session.IntegrityError{Key: m.Key, Seq: m.Seq, Corrupt: []session.ID{id}}
+	}
+	return err
+}
+
+// next is Restore's agent.StoredChunk: chunk id, which must be the one due.
+// buf, the chunk Restore sent last, is reused for a later read.
+func (p *prefetch) next(ctx context.Context, id [32]byte, buf []byte) ([]byte, error) {
+	if cap(buf) > 0 {
+		select {
+		case p.free <- buf[:0]:
+		default:
+		}
+	}
+	if p.n >= len(p.ids) || p.ids[p.n] != id {
+		return nil, fmt.Errorf("prefetch chunk %x: not the one due", id)
+	}
+	p.n++
+	var f *fetched
+	select {
+	case f = <-p.due:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if f == nil {
+		// The producer stopped: a read failed, or the restore's context
+		// is done.
+		return nil, context.Cause(p.ctx)
+	}
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if f.err != nil {
+		// The first failure, which may be a later chunk's whose failure
+		// cancelled this read: either loses the restore, and that one is
+		// the cause.
+		return nil, context.Cause(p.ctx)
+	}
+	return f.data, nil
+}
+
+// stopped reports whether the reads have stopped before close: one
+// failed, or the restore's context is done.
+func (p *prefetch) stopped() bool { return p.ctx.Err() != nil }
+
+// close stops the reads and waits for them.
+func (p *prefetch) close() {
+	p.cancel(context.Canceled)
+	p.wg.Wait()
 }

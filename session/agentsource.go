@@ -84,6 +84,7 @@ func (a *AgentSource) Scan(ctx context.Context, prev *Manifest, sink Sink) error
 		}
 	}
 	f := &fetcher{a: a, sink: sink, want: map[ID]bool{}}
+	defer f.stop()
 	seen := map[string]bool{}
 	err := a.Client.Scan(ctx, a.Dir, known, cdc.Default, func(se *agentv1.ScanEntry) error {
 		e, chunks, err := a.entry(se, old, seen)
@@ -167,20 +168,32 @@ func (a *AgentSource) entry(se *agentv1.ScanEntry, old map[string]*Entry, seen m
 	return e, nil, nil
 }
 
-// fetcher collects the chunks the sink lacks and the entries that wait for
-// them, and fetches them in bounded batches.
+// fetcher collects the chunks the batch's entries reference, asks the
+// sink which it lacks (lookupParallel at a time, while the scan goes on),
+// and fetches those in bounded batches.
 type fetcher struct {
-	a       *AgentSource
-	sink    Sink
-	reads   []*agentv1.ChunkRead
+	a    *AgentSource
+	sink Sink
+	// lookups are the batch's Sink.Has calls; nil when none was started.
+	// The batch's flush waits for them; so does stop, after a failure.
+	lookups *group
+	cands   []*candidate
 	bytes   int64
 	paths   int
-	want    map[ID]bool // in reads
+	want    map[ID]bool // in cands
 	waiting []Entry
 }
 
-// add records e, now if the sink holds all its chunks, else after the
-// batch that fetches them.
+// candidate is one chunk of a batch, and whether the sink lacks it: lacks
+// is written by the chunk's look-up and read after the look-ups' Wait.
+type candidate struct {
+	read  *agentv1.ChunkRead
+	lacks bool
+}
+
+// add records e once its chunks are known to be held: at the flush of the
+// batch that looks them up and fetches the missing ones, or now if it has
+// none to look up.
 func (f *fetcher) add(ctx context.Context, e Entry, chunks []*agentv1.ChunkInfo) error {
 	wait := false
 	for i, c := range chunks {
@@ -189,21 +202,26 @@ func (f *fetcher) add(ctx context.Context, e Entry, chunks []*agentv1.ChunkInfo)
 			wait = true
 			continue
 		}
-		ok, err := f.sink.Has(ctx, id)
-		if err != nil {
-			return err
-		}
-		if ok {
-			continue
-		}
-		if len(f.reads) == maxFetchReads || f.bytes+c.GetSize() > maxFetchBytes || f.paths+len(e.Path) > maxFetchPaths {
+		if len(f.cands) == maxFetchReads || f.bytes+c.GetSize() > maxFetchBytes || f.paths+len(e.Path) > maxFetchPaths {
 			if err := f.flush(ctx); err != nil {
 				return err
 			}
 		}
+		if f.lookups == nil {
+			f.lookups = newGroup(ctx, lookupParallel)
+		}
+		cd := &candidate{read: &agentv1.ChunkRead{Path: e.Path, Offset: c.GetOffset(), Size: c.GetSize(), Id: c.GetId()}}
+		err := f.lookups.Go(ctx, func(ctx context.Context) error {
+			ok, err := f.sink.Has(ctx, id)
+			cd.lacks = !ok
+			return err
+		})
+		if err != nil {
+			return err
+		}
 		wait = true
 		f.want[id] = true
-		f.reads = append(f.reads, &agentv1.ChunkRead{Path: e.Path, Offset: c.GetOffset(), Size: c.GetSize(), Id: c.GetId()})
+		f.cands = append(f.cands, cd)
 		f.bytes += c.GetSize()
 		f.paths += len(e.Path)
 	}
@@ -214,14 +232,45 @@ func (f *fetcher) add(ctx context.Context, e Entry, chunks []*agentv1.ChunkInfo)
 	return f.sink.Add(e)
 }
 
-// flush fetches the batch, stores its chunks and records the entries that
-// waited for them.
+// flush waits for the batch's look-ups, fetches the chunks the sink lacks,
+// stores them and records the entries that waited for them.
 func (f *fetcher) flush(ctx context.Context) error {
-	reads := f.reads
+	if f.lookups != nil {
+		err := f.lookups.Wait()
+		f.lookups = nil
+		if err != nil {
+			return err
+		}
+	}
+	var reads []*agentv1.ChunkRead
+	for _, cd := range f.cands {
+		if cd.lacks {
+			reads = append(reads, cd.read)
+		}
+	}
+	if len(reads) > 0 {
+		if err := f.fetch(ctx, reads); err != nil {
+			return err
+		}
+	}
+	for _, e := range f.waiting {
+		if err := f.sink.Add(e); err != nil {
+			return err
+		}
+	}
+	clear(f.cands)
+	f.cands, f.bytes, f.paths, f.waiting = f.cands[:0], 0, 0, f.waiting[:0]
+	clear(f.want)
+	return nil
+}
+
+// fetch reads the chunks reads name from the agent and stores them.
+func (f *fetcher) fetch(ctx context.Context, reads []*agentv1.ChunkRead) error {
 	wire, err := f.a.Client.ReadChunksStored(ctx, f.a.Dir, reads, f.a.Compress, func(i int, data, stored []byte) error {
 		// ReadChunksStored has checked data against the id, and stored
 		// against data: a chunk that travelled compressed is kept as it
-		// came, not compressed a second time.
+		// came, not compressed a second time. data and stored are valid
+		// only during this call: the sink copies what it uploads.
 		want := ID(reads[i].GetId())
 		if ks, ok := f.sink.(*sink); ok {
 			if err := ks.putChecked(ctx, want, data, stored); err != nil {
@@ -240,12 +289,14 @@ func (f *fetcher) flush(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", f.a.Dir, err)
 	}
-	for _, e := range f.waiting {
-		if err := f.sink.Add(e); err != nil {
-			return err
-		}
-	}
-	f.reads, f.bytes, f.paths, f.waiting = f.reads[:0], 0, 0, f.waiting[:0]
-	clear(f.want)
 	return nil
+}
+
+// stop ends the look-ups a failed scan left running, and waits for them.
+func (f *fetcher) stop() {
+	if f.lookups != nil {
+		f.lookups.fail(context.Canceled)
+		f.lookups.Wait()
+		f.lookups = nil
+	}
 }

@@ -32,6 +32,10 @@ type Sink interface {
 	Has(ctx context.Context, id ID) (bool, error)
 	// Put stores data (at most MaxChunkSize bytes) as a chunk and returns
 	// its ID, the SHA-256 of data. data may be reused when Put returns.
+	// The chunk may still be on its way to the store then: entries may
+	// reference it at once, and Save commits only once it is durable. An
+	// error storing it fails the save; this Put, or a later call, may
+	// return it.
 	Put(ctx context.Context, data []byte) (ID, error)
 	// Add records one entry of the tree. Every chunk it references must
 	// have been Put or confirmed by Has first. Entries come in any order;
@@ -40,12 +44,14 @@ type Sink interface {
 }
 
 // Save stores what src reports as the next snapshot of key and returns its
-// manifest. Chunks are written first, the manifest last, by exclusive
-// creation of the sequence number after the newest one that existed when
-// the save began: if another save has committed that number meanwhile, Save
-// fails with a *ConflictError (matching ErrConflict) and commits nothing.
-// The chunks it stored stay behind, unreferenced, until Prune removes them
-// after the grace period; a retry reuses them.
+// manifest. Chunks are written first (uploadParallel at a time, while the
+// scan goes on), the manifest last, once every chunk is durable, by
+// exclusive creation of the sequence number after the newest one that
+// existed when the save began: if another save has committed that number
+// meanwhile, Save fails with a *ConflictError (matching ErrConflict) and
+// commits nothing. So does a failed upload. The chunks it stored stay
+// behind, unreferenced, until Prune removes them after the grace period;
+// a retry reuses them.
 func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, error) {
 	if err := ValidKey(key); err != nil {
 		return nil, err
@@ -62,7 +68,8 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 			return nil, fmt.Errorf("save %s: %w", key, err)
 		}
 	}
-	sk := &sink{s: s, confirmed: map[ID]bool{}, paths: map[string]bool{}}
+	up := newGroup(ctx, uploadParallel)
+	sk := &sink{s: s, up: up, confirmed: map[ID]bool{}, absent: map[ID]bool{}, paths: map[string]bool{}}
 	if prev != nil {
 		for _, e := range prev.Entries {
 			for _, c := range e.Chunks {
@@ -70,7 +77,14 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 			}
 		}
 	}
-	if err := src.Scan(ctx, prev, sk); err != nil {
+	// The scan runs under the uploads' context, so that a failed upload,
+	// which loses the save, stops it too; a failed scan stops the uploads.
+	// Either way the first error is the save's, and every upload has
+	// returned before Save goes on.
+	if err := src.Scan(up.ctx, prev, sk); err != nil {
+		up.fail(err)
+	}
+	if err := up.Wait(); err != nil {
 		return nil, fmt.Errorf("save %s: %w", key, err)
 	}
 	m, err := sk.manifest(key, parent+1, parent)
@@ -91,11 +105,20 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 	return m, nil
 }
 
-// sink is Save's Sink.
+// sink is Save's Sink. Its uploads run on up, which Save waits for
+// before the commit; up's error is sticky: once an upload has failed,
+// Has and Put return that error.
 type sink struct {
-	s         *Store
-	mu        sync.Mutex
-	confirmed map[ID]bool // chunks entries may reference
+	s  *Store
+	up *group
+
+	mu sync.Mutex
+	// confirmed are the chunks entries may reference: held by the store,
+	// or being uploaded (durable before the commit, or the save fails).
+	confirmed map[ID]bool
+	// absent are chunks Has found missing or stale: Put uploads them
+	// without asking the store a second time.
+	absent    map[ID]bool
 	paths     map[string]bool
 	entries   []Entry
 	newBytes  int64
@@ -106,6 +129,9 @@ type sink struct {
 var _ Sink = (*sink)(nil)
 
 func (k *sink) Has(ctx context.Context, id ID) (bool, error) {
+	if err := k.up.Err(); err != nil {
+		return false, err
+	}
 	k.mu.Lock()
 	ok := k.confirmed[id]
 	k.mu.Unlock()
@@ -113,13 +139,17 @@ func (k *sink) Has(ctx context.Context, id ID) (bool, error) {
 		return true, nil
 	}
 	fresh, err := k.fresh(ctx, id)
-	if err != nil || !fresh {
+	if err != nil {
 		return false, err
 	}
 	k.mu.Lock()
-	k.confirmed[id] = true
-	k.mu.Unlock()
-	return true, nil
+	defer k.mu.Unlock()
+	if fresh {
+		k.confirmed[id] = true
+	} else if !k.confirmed[id] {
+		k.absent[id] = true
+	}
+	return fresh, nil
 }
 
 // fresh reports whether chunk id exists and was written within Grace/2,
@@ -144,30 +174,68 @@ func (k *sink) Put(ctx context.Context, data []byte) (ID, error) {
 // and, when zstd is not nil, that zstd is one zstd frame that decodes to
 // data: then zstd is stored as it is, which spares compressing a chunk that
 // arrived compressed a second time.
+//
+// The chunk is uploaded on k.up, from a copy (the caller may reuse data and
+// zstd once putChecked returns); putChecked waits only for a free upload.
+// A chunk already confirmed, or being uploaded, is not uploaded again.
 func (k *sink) putChecked(ctx context.Context, id ID, data, zstd []byte) error {
 	if len(data) == 0 || len(data) > MaxChunkSize {
 		return fmt.Errorf("put chunk: %d bytes, want 1 to %d", len(data), MaxChunkSize)
 	}
-	if ok, err := k.Has(ctx, id); err != nil || ok {
-		return err
-	}
-	var err error
-	if zstd != nil && len(zstd) <= maxStoredChunk {
-		err = putStored(ctx, k.s.b, id, zstd)
-	} else {
-		_, err = writeChunk(ctx, k.s.b, id, data, nil)
-	}
-	if err != nil {
+	if err := k.up.Err(); err != nil {
 		return err
 	}
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	if !k.confirmed[id] {
-		k.confirmed[id] = true
-		k.newBytes += int64(len(data))
-		k.newChunks++
+	if k.sealed {
+		k.mu.Unlock()
+		return errors.New("put chunk: the save is over")
 	}
-	return nil
+	if k.confirmed[id] {
+		k.mu.Unlock()
+		return nil
+	}
+	// Confirmed now, uploaded below: an entry may reference the chunk at
+	// once, as Save commits only after every upload has succeeded.
+	absent := k.absent[id]
+	k.confirmed[id] = true
+	delete(k.absent, id)
+	k.mu.Unlock()
+
+	stored := zstd != nil && len(zstd) <= maxStoredChunk
+	body := slices.Clone(data)
+	if stored {
+		body = slices.Clone(zstd)
+	}
+	size := int64(len(data))
+	err := k.up.Go(ctx, func(ctx context.Context) error {
+		if !absent {
+			// No Has has asked: the store may hold it already.
+			fresh, err := k.fresh(ctx, id)
+			if err != nil || fresh {
+				return err
+			}
+		}
+		var err error
+		if stored {
+			err = putStored(ctx, k.s.b, id, body)
+		} else {
+			_, err = writeChunk(ctx, k.s.b, id, body, nil)
+		}
+		if err != nil {
+			return err
+		}
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		k.newBytes += size
+		k.newChunks++
+		return nil
+	})
+	if err != nil {
+		// The chunk is confirmed but will not be stored: the save must not
+		// commit, even if the source ignores this error.
+		k.up.fail(err)
+	}
+	return err
 }
 
 func (k *sink) Add(e Entry) error {

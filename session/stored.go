@@ -44,18 +44,39 @@ func (s *Store) ReadStored(ctx context.Context, id ID, buf []byte) ([]byte, erro
 }
 
 // CheckPresent looks up every chunk m references, without reading them,
-// and returns an *IntegrityError listing the missing ones, or another
-// error if the backend fails. It is the cheap half of Check, for a
-// restore whose receiver checks the chunks' content itself.
+// and returns an *IntegrityError listing the missing ones (sorted), or
+// another error if the backend fails. It is the cheap half of Check, for a
+// restore whose receiver checks the chunks' content itself. The look-ups
+// run lookupParallel at a time; the first backend failure cancels the
+// rest, and every look-up has returned when CheckPresent does.
 func (s *Store) CheckPresent(ctx context.Context, m *Manifest) error {
+	ids := chunkSet(m)
+	// Each look-up writes only its own element, so that the missing ones
+	// come out in ids' order without a lock.
+	missing := make([]bool, len(ids))
+	g := newGroup(ctx, lookupParallel)
+	for i, id := range ids {
+		err := g.Go(ctx, func(ctx context.Context) error {
+			_, err := s.b.Stat(ctx, chunkName(id))
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				missing[i] = true
+			case err != nil:
+				return fmt.Errorf("look up chunk %s: %w", id, err)
+			}
+			return nil
+		})
+		if err != nil {
+			break
+		}
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
 	ie := &IntegrityError{Key: m.Key, Seq: m.Seq}
-	for _, id := range chunkSet(m) {
-		_, err := s.b.Stat(ctx, chunkName(id))
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
+	for i, id := range ids {
+		if missing[i] {
 			ie.Missing = append(ie.Missing, id)
-		case err != nil:
-			return fmt.Errorf("look up chunk %s: %w", id, err)
 		}
 	}
 	if len(ie.Missing) > 0 {
