@@ -233,11 +233,11 @@ func (c *Client) ReadChunksStored(ctx context.Context, dir string, reads []*agen
 			return wire, fmt.Errorf("%s: %s at %d: %w: %d bytes for %d", op, r.GetPath(), r.GetOffset(), transfer.ErrDigest, len(data), r.GetSize())
 		}
 		if m.GetZstd() {
-			if cap(buf) < int(r.GetSize()) {
-				buf = make([]byte, 0, r.GetSize())
+			if cap(buf) < int(r.GetSize()+decodeSlack) {
+				buf = make([]byte, 0, r.GetSize()+decodeSlack)
 			}
 			stored = data
-			if data, err = chunkDecoder.DecodeAll(data, buf[:0:r.GetSize()]); err != nil {
+			if data, err = chunkDecoder.DecodeAll(data, buf[:0:r.GetSize()+decodeSlack]); err != nil {
 				return wire, fmt.Errorf("%s: %s at %d: %w: %v", op, r.GetPath(), r.GetOffset(), transfer.ErrDigest, err)
 			}
 		}

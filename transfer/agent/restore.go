@@ -115,21 +115,11 @@ func (s *server) restore(stream agentv1.Agent_RestoreServer) (*agentv1.Stats, er
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		chunks := &chunkSource{recv: stream.Recv}
+		chunks := startChunkPipe(ctx, stream.Recv, entries)
 		// Nothing may follow the last chunk, which is checked before the
 		// archive's end is written: the extractor places the tree on it.
-		end := func() error {
-			m, err := stream.Recv()
-			switch {
-			case err == io.EOF:
-				return nil
-			case err == nil:
-				return status.Errorf(codes.InvalidArgument, "restore: a %T after the last chunk", m.GetMsg())
-			}
-			return err
-		}
-		werr = writeRestoreTree(ctx, pw, entries, chunks, end)
-		wire += chunks.wire
+		werr = writeRestoreTree(ctx, pw, entries, chunks, chunks.end)
+		wire += chunks.stop()
 		pw.CloseWithError(werr)
 	}()
 	xs, err := transfer.Extract(ctx, pr, dest, transfer.ExtractOptions{
@@ -178,7 +168,7 @@ func checkRestoreEntries(entries []*agentv1.RestoreEntry) error {
 // writeRestoreTree writes entries as a tar stream to w, each file's
 // content from the chunks that follow, in order; end is called before
 // the archive's end is written.
-func writeRestoreTree(ctx context.Context, w io.Writer, entries []*agentv1.RestoreEntry, chunks *chunkSource, end func() error) error {
+func writeRestoreTree(ctx context.Context, w io.Writer, entries []*agentv1.RestoreEntry, chunks *chunkPipe, end func() error) error {
 	tw := transfer.NewWriter(w)
 	for _, e := range entries {
 		hdr := transfer.Header{
@@ -211,29 +201,138 @@ func writeRestoreTree(ctx context.Context, w io.Writer, entries []*agentv1.Resto
 	return tw.Close()
 }
 
-// chunkSource reads one file's content from the Restore stream's chunk
-// messages, each decoded and checked against its id before a byte of it
-// is handed on.
-type chunkSource struct {
-	recv  func() (*agentv1.RestoreRequest, error)
-	entry *agentv1.RestoreEntry
-	next  int    // the entry's next chunk
-	index int    // chunks received in the call
-	buf   []byte // the current chunk's plaintext
-	left  []byte // what is not read of it
-	wire  int64
+// chunkDepth is how many chunks a Restore decodes ahead of the tree's
+// writer, in parallel: decoding and hashing a chunk costs about what
+// writing it does, so the two overlap. It bounds the memory too: at most
+// chunkDepth+1 chunks of at most maxChunk bytes.
+const chunkDepth = 4
+
+// decoded is one chunk of a Restore, decoded and checked, or the reason it
+// is not; ready is closed once it is either.
+type decoded struct {
+	plain []byte
+	err   error
+	ready chan struct{}
 }
 
-func (c *chunkSource) reset(e *agentv1.RestoreEntry) { c.entry, c.next, c.left = e, 0, nil }
+// chunkPipe reads the chunk messages that follow a Restore's entries, in
+// order, each decoded and checked against its id in a goroutine of its own
+// before a byte of it is handed on; the file reader (Read) takes them in
+// the same order.
+type chunkPipe struct {
+	cancel context.CancelFunc
+	queue  chan *decoded // in stream order; the last one is the end check
+	wg     sync.WaitGroup
+	wire   int64 // bytes received, the receiver's until stop
 
-func (c *chunkSource) Read(p []byte) (int, error) {
+	entry *agentv1.RestoreEntry
+	next  int    // the entry's next chunk
+	left  []byte // what is not read of the current chunk
+}
+
+// startChunkPipe starts receiving and decoding the chunks entries
+// reference. stop ends it; no goroutine outlives stop.
+func startChunkPipe(ctx context.Context, recv func() (*agentv1.RestoreRequest, error), entries []*agentv1.RestoreEntry) *chunkPipe {
+	ctx, cancel := context.WithCancel(ctx)
+	c := &chunkPipe{cancel: cancel, queue: make(chan *decoded, chunkDepth)}
+	c.wg.Go(func() {
+		defer close(c.queue)
+		put := func(d *decoded) bool {
+			select {
+			case c.queue <- d:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		fail := func(err error) {
+			d := &decoded{err: err, ready: make(chan struct{})}
+			close(d.ready)
+			put(d)
+		}
+		index := 0
+		for _, e := range entries {
+			for _, ref := range e.GetChunks() {
+				m, err := recv()
+				if err == io.EOF {
+					fail(status.Errorf(codes.InvalidArgument, "restore: the stream ended before chunk %d (of %q)", index, e.GetPath()))
+					return
+				}
+				if err != nil {
+					fail(err)
+					return
+				}
+				c.wire += int64(proto.Size(m))
+				z, ok := m.GetMsg().(*agentv1.RestoreRequest_Chunk)
+				if !ok {
+					fail(status.Errorf(codes.InvalidArgument, "restore: a %T where chunk %d was due", m.GetMsg(), index))
+					return
+				}
+				ce := &ChunkError{Index: index, Path: e.GetPath()}
+				copy(ce.ID[:], ref.GetId())
+				index++
+				d := &decoded{ready: make(chan struct{})}
+				if !put(d) {
+					return
+				}
+				c.wg.Go(func() {
+					defer close(d.ready)
+					d.plain, d.err = decodeChunk(z.Chunk, ref.GetSize(), ce)
+				})
+			}
+		}
+		// The end check: nothing may follow the last chunk.
+		m, err := recv()
+		switch {
+		case err == io.EOF:
+			err = nil
+		case err == nil:
+			err = status.Errorf(codes.InvalidArgument, "restore: a %T after the last chunk", m.GetMsg())
+		}
+		fail(err)
+	})
+	return c
+}
+
+// decodeChunk decodes one stored chunk and checks it against its
+// reference, filling in ce's reason when it does not match.
+func decodeChunk(z []byte, size int64, ce *ChunkError) ([]byte, error) {
+	plain, err := chunkDecoder.DecodeAll(z, make([]byte, 0, size+decodeSlack))
+	switch {
+	case err != nil:
+		ce.Err = fmt.Errorf("does not decode: %v", err)
+	case int64(len(plain)) != size:
+		ce.Err = fmt.Errorf("%d bytes, the entry says %d", len(plain), size)
+	case sha256.Sum256(plain) != ce.ID:
+		ce.Err = errors.New("content does not match its id")
+	default:
+		return plain, nil
+	}
+	return nil, ce
+}
+
+// take returns the next item of the queue once it is ready.
+func (c *chunkPipe) take() ([]byte, error) {
+	d, ok := <-c.queue
+	if !ok {
+		return nil, context.Canceled
+	}
+	<-d.ready
+	return d.plain, d.err
+}
+
+func (c *chunkPipe) reset(e *agentv1.RestoreEntry) { c.entry, c.next, c.left = e, 0, nil }
+
+func (c *chunkPipe) Read(p []byte) (int, error) {
 	for len(c.left) == 0 {
 		if c.next == len(c.entry.GetChunks()) {
 			return 0, io.EOF
 		}
-		if err := c.fill(c.entry.GetChunks()[c.next]); err != nil {
+		plain, err := c.take()
+		if err != nil {
 			return 0, err
 		}
+		c.left = plain
 		c.next++
 	}
 	n := copy(p, c.left)
@@ -241,39 +340,22 @@ func (c *chunkSource) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (c *chunkSource) fill(ref *agentv1.ChunkInfo) error {
-	m, err := c.recv()
-	if err == io.EOF {
-		return status.Errorf(codes.InvalidArgument, "restore: the stream ended before chunk %d of %q", c.next, c.entry.GetPath())
+// end takes the end check, once every chunk has been read.
+func (c *chunkPipe) end() error {
+	_, err := c.take()
+	return err
+}
+
+// stop ends the pipe, waits for its goroutines and returns the bytes it
+// received. The receiving goroutine may wait in recv for the host's next
+// message: the host sends on or ends the stream, which ends the wait.
+func (c *chunkPipe) stop() int64 {
+	c.cancel()
+	for range c.queue {
+		// Drain, so that the receiver is not held on a full queue.
 	}
-	if err != nil {
-		return err
-	}
-	c.wire += int64(proto.Size(m))
-	z, ok := m.GetMsg().(*agentv1.RestoreRequest_Chunk)
-	if !ok {
-		return status.Errorf(codes.InvalidArgument, "restore: a %T where chunk %d was due", m.GetMsg(), c.index)
-	}
-	ce := &ChunkError{Index: c.index, Path: c.entry.GetPath()}
-	copy(ce.ID[:], ref.GetId())
-	c.index++
-	if c.buf == nil {
-		c.buf = make([]byte, 0, maxChunk)
-	}
-	plain, err := chunkDecoder.DecodeAll(z.Chunk, c.buf[:0])
-	switch {
-	case err != nil:
-		ce.Err = fmt.Errorf("does not decode: %v", err)
-	case int64(len(plain)) != ref.GetSize():
-		ce.Err = fmt.Errorf("%d bytes, the entry says %d", len(plain), ref.GetSize())
-	case sha256.Sum256(plain) != ce.ID:
-		ce.Err = errors.New("content does not match its id")
-	}
-	if ce.Err != nil {
-		return ce
-	}
-	c.left = plain
-	return nil
+	c.wg.Wait()
+	return c.wire
 }
 
 // chunkIndex is the metadata key that carries ChunkError.Index.
@@ -448,3 +530,10 @@ func (c *Client) restoreErr(op string, err error, refs []ChunkRef, pathOf map[in
 	}
 	return fmt.Errorf("%s: %w", op, &ChunkError{Index: i, ID: refs[i].ID, Path: pathOf[i], Err: re})
 }
+
+// decodeSlack is room past a chunk's size in its decode buffer: zstd's
+// fast decoding loop writes in wide words and needs some, else it falls
+// back to a loop a few times slower (measured: decoding was half of a
+// restore's CPU with an exact-size buffer). The decoder still stops at
+// the cap, so a chunk that decodes long is refused all the same.
+const decodeSlack = 4 << 10

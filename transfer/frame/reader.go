@@ -160,8 +160,8 @@ func (r *Reader) next() error {
 	case typ != typeRaw && plain > enc*int64(r.opts.MaxRatio):
 		return fmt.Errorf("%s: compression ratio %d/%d over max ratio %d: %w", op, plain, enc, r.opts.MaxRatio, ErrLimit)
 	}
-	if cap(r.plain) < int(plain) {
-		r.plain = make([]byte, plain)
+	if cap(r.plain) < int(plain)+decodeSlack {
+		r.plain = make([]byte, plain, plain+decodeSlack)
 	}
 	r.plain, r.off = r.plain[:plain], 0
 	if typ == typeRaw {
@@ -213,7 +213,9 @@ func (r *Reader) decode(op string, plain int) error {
 		}
 		r.dec = dec
 	}
-	dst := r.plain[:0:plain]
+	// Room past plain lets zstd use its fast loop (see decodeSlack); a
+	// payload that decodes past plain is refused below all the same.
+	dst := r.plain[:0 : plain+decodeSlack]
 	out, err := r.dec.DecodeAll(r.enc, dst)
 	switch {
 	case errors.Is(err, zstd.ErrDecoderSizeExceeded), errors.Is(err, zstd.ErrWindowSizeExceeded):
@@ -296,3 +298,8 @@ func (r *Reader) full(b []byte, op string) error {
 	}
 	return nil
 }
+
+// decodeSlack is room past a block's plaintext in the decode buffer:
+// zstd's fast decoding loop writes in wide words and needs some, else it
+// falls back to a loop about twice as slow.
+const decodeSlack = 4 << 10
