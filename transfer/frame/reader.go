@@ -215,7 +215,7 @@ func (r *Reader) decode(op string, plain int) error {
 	}
 	// Room past plain lets zstd use its fast loop (see decodeSlack); a
 	// payload that decodes past plain is refused below all the same.
-	dst := r.plain[:0 : plain+decodeSlack]
+	dst := r.plain[: 0 : plain+decodeSlack]
 	out, err := r.dec.DecodeAll(r.enc, dst)
 	switch {
 	case errors.Is(err, zstd.ErrDecoderSizeExceeded), errors.Is(err, zstd.ErrWindowSizeExceeded):
