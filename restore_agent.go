@@ -32,19 +32,16 @@ func (a agentRemote) restoreSnapshot(ctx context.Context, st *session.Store, m *
 	for i := range m.Entries {
 		e := &m.Entries[i]
 		re := agent.RestoreEntry{Path: e.Path, Mode: e.Mode, MTime: e.ModTime(), Size: e.Size, Target: e.Target}
-		switch e.Kind {
-		case session.KindDir:
-			re.Kind = transfer.Dir
-		case session.KindSymlink:
-			re.Kind = transfer.Symlink
-		case session.KindFile:
-			re.Kind = transfer.File
+		kind, ok := snapshotKinds[e.Kind]
+		if !ok {
+			return CopyStats{}, fmt.Errorf("entry %q: %w: kind %q", e.Path, transfer.ErrUnsupported, e.Kind)
+		}
+		re.Kind = kind
+		if kind == transfer.File {
 			re.Chunks = make([]agent.ChunkRef, len(e.Chunks))
 			for j, c := range e.Chunks {
 				re.Chunks[j] = agent.ChunkRef{ID: c.ID, Size: c.Size}
 			}
-		default:
-			return CopyStats{}, fmt.Errorf("entry %q: %w: kind %q", e.Path, transfer.ErrUnsupported, e.Kind)
 		}
 		entries = append(entries, re)
 	}

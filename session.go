@@ -308,6 +308,13 @@ func restoreSession(ctx context.Context, sb Sandbox, r remote, st *session.Store
 	}, nil
 }
 
+// snapshotKinds maps a snapshot entry's kind to the archive's.
+var snapshotKinds = map[session.Kind]transfer.Kind{
+	session.KindDir:     transfer.Dir,
+	session.KindSymlink: transfer.Symlink,
+	session.KindFile:    transfer.File,
+}
+
 // restorePrefix begins the hidden sibling a replacing restore builds.
 const restorePrefix = ".ferry-restore-"
 
@@ -333,17 +340,13 @@ func writeSnapshot(ctx context.Context, st *session.Store, m *session.Manifest, 
 		e := &m.Entries[i]
 		h := transfer.Header{Name: e.Path, Mode: e.Mode, ModTime: e.ModTime(), Size: e.Size, Target: e.Target}
 		var r io.Reader
-		switch e.Kind {
-		case session.KindDir:
-			h.Kind = transfer.Dir
-		case session.KindSymlink:
-			h.Kind = transfer.Symlink
-		case session.KindFile:
-			h.Kind = transfer.File
+		var ok bool
+		if h.Kind, ok = snapshotKinds[e.Kind]; !ok {
+			return fmt.Errorf("entry %q: unknown kind %q", e.Path, e.Kind)
+		}
+		if e.Kind == session.KindFile {
 			cr.reset(e.Chunks)
 			r = cr
-		default:
-			return fmt.Errorf("entry %q: unknown kind %q", e.Path, e.Kind)
 		}
 		if err := w.WriteEntry(ctx, h, r); err != nil {
 			return err
