@@ -35,24 +35,11 @@ func (s *server) put(stream agentv1.Agent_PutServer) (*agentv1.Stats, error) {
 	if h == nil {
 		return nil, status.Error(codes.InvalidArgument, "put: the first message is not a header")
 	}
-	if err := checkRemotePath("put", h.GetDest()); err != nil {
+	place, lim, err := destHeader("put", h.GetDest(), h.GetPlace(), h.GetLimits())
+	if err != nil {
 		return nil, err
 	}
 	dest := s.abs(h.GetDest())
-	var place transfer.Placement
-	found := false
-	for p, v := range placements {
-		if v == h.GetPlace() {
-			place, found = p, true
-		}
-	}
-	if !found {
-		return nil, status.Errorf(codes.InvalidArgument, "put %s: unknown placement %v", h.GetDest(), h.GetPlace())
-	}
-	lim, err := limitsFromProto(h.GetLimits())
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "put %s: %v", h.GetDest(), err)
-	}
 	// The errors below name dest or the entry at fault.
 	if err := prepareDest(dest, place); err != nil {
 		return nil, err
@@ -82,6 +69,24 @@ func (s *server) put(stream agentv1.Agent_PutServer) (*agentv1.Stats, error) {
 		return nil, err
 	}
 	return &agentv1.Stats{Files: xs.Files, Dirs: xs.Dirs, Symlinks: xs.Symlinks, Bytes: xs.Bytes, WireBytes: msgs.wire}, nil
+}
+
+// destHeader checks the destination, placement and limits a Put or
+// Restore header names, and converts them.
+func destHeader(op, dest string, pp agentv1.Placement, pl *agentv1.Limits) (transfer.Placement, transfer.Limits, error) {
+	if err := checkRemotePath(op, dest); err != nil {
+		return 0, transfer.Limits{}, err
+	}
+	for p, v := range placements {
+		if v == pp {
+			lim, err := limitsFromProto(pl)
+			if err != nil {
+				return 0, transfer.Limits{}, status.Errorf(codes.InvalidArgument, "%s %s: %v", op, dest, err)
+			}
+			return p, lim, nil
+		}
+	}
+	return 0, transfer.Limits{}, status.Errorf(codes.InvalidArgument, "%s %s: unknown placement %v", op, dest, pp)
 }
 
 // prepareDest does what POSIX mode's upload.sh does before extracting:

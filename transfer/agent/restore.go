@@ -63,22 +63,9 @@ func (s *server) restore(stream agentv1.Agent_RestoreServer) (*agentv1.Stats, er
 		return nil, status.Error(codes.InvalidArgument, "restore: the first message is not a header")
 	}
 	op := "restore " + h.GetDest()
-	if err := checkRemotePath("restore", h.GetDest()); err != nil {
-		return nil, err
-	}
-	var place transfer.Placement
-	found := false
-	for p, v := range placements {
-		if v == h.GetPlace() {
-			place, found = p, true
-		}
-	}
-	if !found {
-		return nil, status.Errorf(codes.InvalidArgument, "%s: unknown placement %v", op, h.GetPlace())
-	}
-	lim, err := limitsFromProto(h.GetLimits())
+	place, lim, err := destHeader("restore", h.GetDest(), h.GetPlace(), h.GetLimits())
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "%s: %v", op, err)
+		return nil, err
 	}
 	n := h.GetEntries()
 	if n < 0 || n > maxRestoreEntries || (lim.MaxEntries > 0 && n > lim.MaxEntries+1) {
