@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -484,7 +485,7 @@ func encodeS2(out, p []byte, mode Mode, maxRatio int) (_ []byte, typ byte, ok bo
 	h := len(out)
 	start := h + blockHeaderSize
 	limit := s2.MaxEncodedLen(len(p))
-	out = slicesGrow(append(out, zeroHeader[:]...), limit)
+	out = slices.Grow(append(out, zeroHeader[:]...), limit)
 	dst := out[start : start+limit]
 	e := s2.Encode(dst, p)
 	if len(e) > 0 && &e[0] != &dst[0] {
@@ -509,16 +510,6 @@ func header(out []byte, h int, typ byte, plain int) []byte {
 	binary.BigEndian.PutUint32(out[h+1:], uint32(plain))
 	binary.BigEndian.PutUint32(out[h+5:], uint32(len(out)-h-blockHeaderSize))
 	return out
-}
-
-// slicesGrow makes room for n more bytes after len(b), keeping len(b).
-func slicesGrow(b []byte, n int) []byte {
-	if cap(b)-len(b) >= n {
-		return b
-	}
-	g := make([]byte, len(b), len(b)+n)
-	copy(g, b)
-	return g
 }
 
 // try returns the compression to try on the next block (typeRaw for
