@@ -128,8 +128,8 @@ func New(cfg Config) (*Server, error) {
 	// A sandbox left PROVISIONING by a previous run is ready now.
 	for _, sb := range reg.list("", true) {
 		if sb.GetStatus().GetPhase() == openshellv1.SandboxPhase_SANDBOX_PHASE_PROVISIONING {
-			reg.setPhase(sb.GetMetadata().GetId(), openshellv1.SandboxPhase_SANDBOX_PHASE_READY)
 			s.logEvent(sb.GetMetadata().GetId(), "sandbox ready", nil)
+			reg.setPhase(sb.GetMetadata().GetId(), openshellv1.SandboxPhase_SANDBOX_PHASE_READY)
 		}
 	}
 	return s, nil
@@ -199,8 +199,10 @@ func (s *Server) CreateSandbox(ctx context.Context, req *openshellv1.CreateSandb
 			s.mu.Lock()
 			delete(s.timers, id)
 			s.mu.Unlock()
-			s.reg.setPhase(id, openshellv1.SandboxPhase_SANDBOX_PHASE_READY)
+			// The record first: whoever sees the sandbox READY finds it
+			// in the log.
 			s.logEvent(id, "sandbox ready", nil)
+			s.reg.setPhase(id, openshellv1.SandboxPhase_SANDBOX_PHASE_READY)
 		})
 	}
 	s.mu.Unlock()
