@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path"
 	"sync"
-	"time"
 
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer"
@@ -51,16 +50,11 @@ func (a agentRemote) restoreSnapshot(ctx context.Context, st *session.Store, m *
 	res, err := a.c.Restore(ctx, agent.RestoreSpec{Dest: dest, Place: place, Staging: staging}, entries, pf.next)
 	if err != nil {
 		stagingPath := path.Join(transfer.StagingParent(dest, place), staging)
-		switch {
-		case a.c.Lost():
+		// A stream the host broke off (a chunk it could not read) is
+		// half-closed by Restore, and the agent removes its staging
+		// before it answers; only a lost agent leaves one behind.
+		if a.c.Lost() {
 			a.removeStaging(ctx, stagingPath)
-		case pf.stopped():
-			// The host broke the stream off (a chunk it could not read,
-			// or its context): the agent removes its staging directory
-			// once it notices, unless the connection's close stops it
-			// first (its server does not wait for handlers), so the host
-			// removes it too, while the connection is up.
-			a.removeBrokenStaging(ctx, stagingPath)
 		}
 		var ce *agent.ChunkError
 		if errors.As(err, &ce) {
@@ -69,17 +63,6 @@ func (a agentRemote) restoreSnapshot(ctx context.Context, st *session.Store, m *
 		return CopyStats{}, err
 	}
 	return statsOf(res), nil
-}
-
-// removeBrokenStaging removes the staging directory p of a restore the
-// host broke off, through the agent's connection, which is still up.
-// Failures are logged: the restore has failed already.
-func (a agentRemote) removeBrokenStaging(ctx context.Context, p string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if err := a.c.Remove(ctx, p); err != nil {
-		a.log.Warn("cannot remove the staging directory of a failed restore", "sandbox", a.sb.Name, "path", p, "err", err)
-	}
 }
 
 // blameChunk turns the agent's refusal of a chunk into the store's
@@ -216,10 +199,6 @@ func (p *prefetch) next(ctx context.Context, id [32]byte, buf []byte) ([]byte, e
 	}
 	return f.data, nil
 }
-
-// stopped reports whether the reads have stopped before close: one
-// failed, or the restore's context is done.
-func (p *prefetch) stopped() bool { return p.ctx.Err() != nil }
 
 // close stops the reads and waits for them.
 func (p *prefetch) close() {

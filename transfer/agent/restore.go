@@ -480,6 +480,7 @@ func (c *Client) Restore(ctx context.Context, spec RestoreSpec, entries []Restor
 	for _, ref := range refs {
 		stored, err := chunk(ctx, ref.ID, buf)
 		if err != nil {
+			abandon(stream, cancel)
 			return Result{}, fmt.Errorf("%s: %w", op, err)
 		}
 		m := &agentv1.RestoreRequest{Msg: &agentv1.RestoreRequest_Chunk{Chunk: stored}}
@@ -501,6 +502,21 @@ func (c *Client) Restore(ctx context.Context, spec RestoreSpec, entries []Restor
 	}
 	return Result{Stats: want, WireBytes: wire, Entries: want.Files + want.Dirs + want.Symlinks}, nil
 }
+
+// abandon ends a Restore the host cannot finish by half-closing it rather
+// than cancelling it: the agent sees the stream end early, fails, and
+// removes its staging directory before it answers. Cancelling instead
+// would leave that cleanup racing the connection's close, which ends the
+// agent (its server does not wait for handlers). The wait is bounded:
+// past abandonWait, cancel ends the call after all.
+func abandon(stream agentv1.Agent_RestoreClient, cancel context.CancelFunc) {
+	t := time.AfterFunc(abandonWait, cancel)
+	defer t.Stop()
+	_, _ = stream.CloseAndRecv()
+}
+
+// abandonWait bounds how long abandon waits for the agent's answer.
+const abandonWait = 30 * time.Second
 
 // restoreErr is callErr, with a chunk the agent refused turned into a
 // *ChunkError that names it from the host's own list (the agent only says
