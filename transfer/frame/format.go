@@ -33,11 +33,13 @@ const (
 	// or the start of one, before the link can be measured), then only
 	// blocks the link is waiting for.
 	warmupBlocks = 16
-	// Auto tries the codec it does not use on every probeEvery-th block,
+	// Auto tries the codec it does not use on the probeEvery-th block,
 	// to keep its measure current: rarely, since on a fast link that
 	// codec is zstd, several times S2's cost (at 16, probes took a tenth
-	// of an upload's CPU).
+	// of an upload's CPU). Each probe that leaves the pick as it was
+	// doubles the gap to the next, up to probeMax; a switch resets it.
 	probeEvery = 64
+	probeMax   = 512
 	// hysteresisPct is how far apart Auto's thresholds for switching to
 	// raw and back are, in percent.
 	hysteresisPct = 25

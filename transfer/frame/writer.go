@@ -90,6 +90,7 @@ type Writer struct {
 	codecW  [2]rate // wire bytes of blocks tried, per plaintext byte, by codec (Auto)
 	pick    byte    // the codec Auto uses, once measured: typeZstd or typeS2
 	probe   int     // blocks since the last probe of what Auto does not pick
+	gap     int     // blocks from one probe to the next (Auto)
 
 	// Owned by the sender goroutine while it runs, by the caller of Close
 	// once it has stopped (the mutex orders the two).
@@ -115,7 +116,7 @@ type slot struct {
 // NewWriter returns a Writer framing onto w. Invalid options are reported
 // by the first Write or Close.
 func NewWriter(w io.Writer, opts WriterOptions) *Writer {
-	fw := &Writer{w: w, pick: typeS2}
+	fw := &Writer{w: w, pick: typeS2, gap: probeEvery}
 	fw.cond.L = &fw.mu
 	if opts.BlockSize == 0 {
 		opts.BlockSize = DefaultBlockSize
@@ -169,7 +170,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 	for len(p) > 0 {
 		if len(w.buf) == 0 && len(p) >= w.opts.BlockSize {
 			// A whole block straight from p, without copying into buf.
-			if err := w.block(p[:w.opts.BlockSize]); err != nil {
+			if err := w.block(p[:w.opts.BlockSize], false); err != nil {
 				return n, err
 			}
 			n += w.opts.BlockSize
@@ -181,10 +182,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 		n += k
 		p = p[k:]
 		if len(w.buf) == cap(w.buf) {
-			if err := w.block(w.buf); err != nil {
+			if err := w.block(w.buf, true); err != nil {
 				return n, err
 			}
-			w.buf = w.buf[:0]
 		}
 	}
 	return n, nil
@@ -202,10 +202,9 @@ func (w *Writer) Close() error {
 	}
 	w.closed = true
 	if len(w.buf) > 0 {
-		if err := w.block(w.buf); err != nil {
+		if err := w.block(w.buf, true); err != nil {
 			return err
 		}
-		w.buf = w.buf[:0]
 	}
 	w.drain()
 	if err := w.failed(); err != nil {
@@ -303,8 +302,10 @@ func newEncoder(blockSize int) (*zstd.Encoder, error) {
 }
 
 // block hands one non-empty block of plaintext p to the pipeline, once a
-// slot is free. p is not retained.
-func (w *Writer) block(p []byte) error {
+// slot is free. p is not retained, except when it is w.buf (own): then
+// the slot takes the buffer and w.buf becomes the slot's old one, which
+// saves copying every byte a second time.
+func (w *Writer) block(p []byte, own bool) error {
 	if w.sum != nil {
 		w.sum.Write(p)
 	}
@@ -332,11 +333,21 @@ func (w *Writer) block(p []byte) error {
 	w.cut++
 	s.done, s.typ, s.codec, s.err = nil, typeRaw, try, nil
 	if try != typeRaw {
-		s.plain = append(s.plain[:0], p...)
+		if own {
+			s.plain, w.buf = p, s.plain[:0]
+			if cap(w.buf) < w.opts.BlockSize {
+				w.buf = make([]byte, 0, w.opts.BlockSize)
+			}
+		} else {
+			s.plain = append(s.plain[:0], p...)
+		}
 		s.done = make(chan struct{})
 		go w.compress(s, w.opts.Compress, w.opts.MaxRatio, w.opts.BlockSize)
 	} else {
 		s.out, s.typ = encodeBlock(s.out[:0], p, nil, w.opts.Compress, w.opts.MaxRatio)
+		if own {
+			w.buf = w.buf[:0]
+		}
 	}
 
 	w.mu.Lock()
@@ -534,10 +545,11 @@ func (w *Writer) try() byte {
 		w.adapt()
 		c = w.pick
 		w.probe++
-		if w.probe >= probeEvery && w.miss < skipAfter {
+		if w.probe >= w.gap && w.miss < skipAfter {
 			// Keep the measure of what is not picked current: the data,
 			// the link and the CPU's load all change.
 			w.probe = 0
+			w.gap = min(2*w.gap, probeMax)
 			return otherCodec(w.pick)
 		}
 	}
@@ -595,6 +607,7 @@ func (w *Writer) adapt() {
 		g, cost := gain(c)
 		if c != w.pick && (g-cur)*100 > max(cost, curCost)*hysteresisPct {
 			w.pick, cur, curCost = c, g, cost
+			w.gap = probeEvery
 		}
 	}
 }
