@@ -55,3 +55,32 @@ func BenchmarkReader(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReaderBuffer reads text streams the way the extractor does,
+// with a buffer of a block or more, and with a small one: the first lets
+// S2 and raw blocks decode straight into the caller's buffer.
+func BenchmarkReaderBuffer(b *testing.B) {
+	const size = 16 << 20
+	for _, m := range []Mode{S2, None} {
+		var buf bytes.Buffer
+		w := NewWriter(&buf, WriterOptions{Compress: m, NoDigest: true})
+		w.Write(textData(size))
+		w.Close()
+		for _, n := range []int{32 << 10, DefaultBlockSize} {
+			b.Run(fmt.Sprintf("%v/buf=%dk", m, n>>10), func(b *testing.B) {
+				b.SetBytes(size)
+				p := make([]byte, n)
+				for b.Loop() {
+					r := NewReader(bytes.NewReader(buf.Bytes()), ReaderOptions{NoDigest: true})
+					for {
+						if _, err := r.Read(p); err == io.EOF {
+							break
+						} else if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			})
+		}
+	}
+}

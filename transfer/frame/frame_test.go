@@ -359,3 +359,81 @@ func zstdFrame(t testing.TB, p []byte, withSize bool) []byte {
 	}
 	return buf.Bytes()
 }
+
+// TestReadSizes reads every mode's stream with buffers smaller than,
+// equal to and larger than a block: a raw or S2 block that fits the
+// buffer is decoded straight into it, the rest go through the Reader's
+// own buffer, and both must give the same plaintext and catch the same
+// damage.
+func TestReadSizes(t *testing.T) {
+	const bs = 4 << 10
+	for _, mode := range []Mode{Auto, Zstd, S2, None} {
+		for name, gen := range map[string]func(int) []byte{"random": randomData, "text": textData} {
+			data := gen(7*bs + 123)
+			wire, _ := encode(t, data, WriterOptions{Compress: mode, BlockSize: bs}, 1000)
+			for _, size := range []int{1, 100, bs - 1, bs, bs + 1, 3 * bs} {
+				t.Run(fmt.Sprintf("%v/%s/%d", mode, name, size), func(t *testing.T) {
+					got, err := readWith(NewReader(bytes.NewReader(wire), ReaderOptions{}), size)
+					if err != nil || !bytes.Equal(got, data) {
+						t.Fatalf("read: err %v, %d bytes, equal %v", err, len(got), bytes.Equal(got, data))
+					}
+					// A flipped byte in the third block's payload.
+					bad := bytes.Clone(wire)
+					off := headerSize
+					for range 2 {
+						off += blockHeaderSize + int(binary.BigEndian.Uint32(wire[off+5:]))
+					}
+					bad[off+blockHeaderSize+int(binary.BigEndian.Uint32(wire[off+5:]))/2] ^= 0x40
+					if _, err := readWith(NewReader(bytes.NewReader(bad), ReaderOptions{}), size); !errors.Is(err, ErrCorrupt) {
+						t.Fatalf("flipped byte: err %v, want ErrCorrupt", err)
+					}
+				})
+			}
+		}
+	}
+}
+
+// readWith reads r to EOF with a buffer of size bytes.
+func readWith(r io.Reader, size int) ([]byte, error) {
+	var out []byte
+	p := make([]byte, size)
+	for {
+		n, err := r.Read(p)
+		out = append(out, p[:n]...)
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+}
+
+// TestWriteDoesNotRetain: the Writer keeps no reference to a slice
+// passed to Write, whether it buffered part of it or framed a whole
+// block straight from it.
+func TestWriteDoesNotRetain(t *testing.T) {
+	const bs = 4 << 10
+	data := textData(9*bs + 77)
+	for _, chunk := range []int{100, bs, 2*bs + 1} {
+		var buf bytes.Buffer
+		w := NewWriter(&buf, WriterOptions{Compress: S2, BlockSize: bs})
+		p := make([]byte, chunk)
+		for off := 0; off < len(data); off += chunk {
+			n := copy(p, data[off:])
+			if _, err := w.Write(p[:n]); err != nil {
+				t.Fatal(err)
+			}
+			for i := range p {
+				p[i] = 'X'
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := decode(buf.Bytes(), ReaderOptions{})
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("chunk %d: err %v, equal %v", chunk, err, bytes.Equal(got, data))
+		}
+	}
+}

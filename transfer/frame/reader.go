@@ -96,13 +96,17 @@ func (r *Reader) Read(p []byte) (int, error) {
 		if r.err != nil {
 			return 0, r.err
 		}
-		if err := r.next(); err != nil {
+		n, err := r.next(p)
+		if err != nil {
 			r.err = err
-			r.plain, r.off = nil, 0
+			r.plain, r.off = r.plain[:0], 0
 			if err != io.EOF {
 				r.dec = nil
 			}
 			return 0, err
+		}
+		if n > 0 {
+			return n, nil
 		}
 	}
 	n := copy(p, r.plain[r.off:])
@@ -114,59 +118,69 @@ func (r *Reader) Read(p []byte) (int, error) {
 // blocks, including any not yet returned by Read.
 func (r *Reader) Stats() Stats { return r.stats }
 
-// next reads the next block into r.plain, or verifies the trailer and
-// returns io.EOF.
-func (r *Reader) next() error {
+// next reads the next block, or verifies the trailer and returns io.EOF.
+// A raw or S2 block that fits in p goes straight there (its length is
+// returned): a copy less of every byte for a caller reading whole blocks
+// at a time, as the extractor does. Any other block goes to r.plain, and
+// next returns 0.
+func (r *Reader) next(p []byte) (int, error) {
 	if !r.started {
 		if err := r.full(r.hdr[:headerSize], "read stream header"); err != nil {
-			return err
+			return 0, err
 		}
 		if string(r.hdr[:headerSize-1]) != magic[:headerSize-1] {
-			return fmt.Errorf("read stream header: bad magic %q: %w", r.hdr[:headerSize-1], ErrCorrupt)
+			return 0, fmt.Errorf("read stream header: bad magic %q: %w", r.hdr[:headerSize-1], ErrCorrupt)
 		}
 		if v := r.hdr[headerSize-1]; v != magic[headerSize-1] {
-			return fmt.Errorf("read stream header: version %d, want %d: %w", v, magic[headerSize-1], ErrCorrupt)
+			return 0, fmt.Errorf("read stream header: version %d, want %d: %w", v, magic[headerSize-1], ErrCorrupt)
 		}
 		r.started = true
 	}
 	op := fmt.Sprintf("read block %d", r.blocks)
 	if err := r.full(r.hdr[:1], op); err != nil {
-		return err
+		return 0, err
 	}
 	switch r.hdr[0] {
 	case typeTrailer, typeTrailerNoDigest:
-		return r.trailer()
+		return 0, r.trailer()
 	case typeRaw, typeZstd, typeS2:
 	default:
-		return fmt.Errorf("%s: unknown block type %#x: %w", op, r.hdr[0], ErrCorrupt)
+		return 0, fmt.Errorf("%s: unknown block type %#x: %w", op, r.hdr[0], ErrCorrupt)
 	}
 	if err := r.full(r.hdr[1:blockHeaderSize], op); err != nil {
-		return err
+		return 0, err
 	}
 	typ := r.hdr[0]
 	plain := int64(binary.BigEndian.Uint32(r.hdr[1:]))
 	enc := int64(binary.BigEndian.Uint32(r.hdr[5:]))
 	switch {
 	case plain == 0:
-		return fmt.Errorf("%s: empty block: %w", op, ErrCorrupt)
+		return 0, fmt.Errorf("%s: empty block: %w", op, ErrCorrupt)
 	case plain > int64(r.opts.MaxBlockSize):
-		return fmt.Errorf("%s: plaintext length %d over max block size %d: %w", op, plain, r.opts.MaxBlockSize, ErrLimit)
+		return 0, fmt.Errorf("%s: plaintext length %d over max block size %d: %w", op, plain, r.opts.MaxBlockSize, ErrLimit)
 	case r.opts.MaxTotal > 0 && r.stats.Plaintext+plain > r.opts.MaxTotal:
-		return fmt.Errorf("%s: total plaintext %d over max total %d: %w", op, r.stats.Plaintext+plain, r.opts.MaxTotal, ErrLimit)
+		return 0, fmt.Errorf("%s: total plaintext %d over max total %d: %w", op, r.stats.Plaintext+plain, r.opts.MaxTotal, ErrLimit)
 	case typ == typeRaw && enc != plain:
-		return fmt.Errorf("%s: raw block encoded length %d differs from plaintext length %d: %w", op, enc, plain, ErrCorrupt)
+		return 0, fmt.Errorf("%s: raw block encoded length %d differs from plaintext length %d: %w", op, enc, plain, ErrCorrupt)
 	case typ != typeRaw && (enc == 0 || enc >= plain):
-		return fmt.Errorf("%s: compressed block encoded length %d not under plaintext length %d: %w", op, enc, plain, ErrCorrupt)
+		return 0, fmt.Errorf("%s: compressed block encoded length %d not under plaintext length %d: %w", op, enc, plain, ErrCorrupt)
 	case typ != typeRaw && plain > enc*int64(r.opts.MaxRatio):
-		return fmt.Errorf("%s: compression ratio %d/%d over max ratio %d: %w", op, plain, enc, r.opts.MaxRatio, ErrLimit)
+		return 0, fmt.Errorf("%s: compression ratio %d/%d over max ratio %d: %w", op, plain, enc, r.opts.MaxRatio, ErrLimit)
 	}
-	if cap(r.plain) < int(plain)+decodeSlack {
-		r.plain = make([]byte, plain, plain+decodeSlack)
+	var dst []byte
+	direct := typ != typeZstd && plain <= int64(len(p))
+	if direct {
+		dst = p[:plain]
+	} else {
+		if cap(r.plain) < int(plain)+decodeSlack {
+			r.plain = make([]byte, plain, plain+decodeSlack)
+		}
+		r.plain, r.off = r.plain[:plain], 0
+		dst = r.plain
 	}
-	r.plain, r.off = r.plain[:plain], 0
 	if typ == typeRaw {
-		if err := r.full(r.plain, op); err != nil {
-			return err
+		if err := r.full(dst, op); err != nil {
+			return 0, err
 		}
 		r.stats.RawBlocks++
 	} else {
@@ -175,26 +189,29 @@ func (r *Reader) next() error {
 		}
 		r.enc = r.enc[:enc]
 		if err := r.full(r.enc, op); err != nil {
-			return err
+			return 0, err
 		}
 		if typ == typeS2 {
-			if err := r.decodeS2(op, int(plain)); err != nil {
-				return err
+			if err := r.decodeS2(op, dst); err != nil {
+				return 0, err
 			}
 			r.stats.S2Blocks++
 		} else {
 			if err := r.decode(op, int(plain)); err != nil {
-				return err
+				return 0, err
 			}
 			r.stats.ZstdBlocks++
 		}
 	}
 	if r.sum != nil {
-		r.sum.Write(r.plain)
+		r.sum.Write(dst)
 	}
 	r.blocks++
 	r.stats.Plaintext += plain
-	return nil
+	if direct {
+		return int(plain), nil
+	}
+	return 0, nil
 }
 
 // decode decodes r.enc into r.plain, whose length is the declared
@@ -231,10 +248,11 @@ func (r *Reader) decode(op string, plain int) error {
 	return nil
 }
 
-// decodeS2 decodes r.enc, one S2 block, into r.plain. S2 states its
-// decoded length up front: one that is not the declared plaintext length
-// is refused before anything is decoded.
-func (r *Reader) decodeS2(op string, plain int) error {
+// decodeS2 decodes r.enc, one S2 block, into dst, whose length is the
+// declared plaintext length. S2 states its decoded length up front: one
+// that is not the declared length is refused before anything is decoded.
+func (r *Reader) decodeS2(op string, dst []byte) error {
+	plain := len(dst)
 	n, err := s2.DecodedLen(r.enc)
 	switch {
 	case err != nil:
@@ -242,11 +260,11 @@ func (r *Reader) decodeS2(op string, plain int) error {
 	case n != plain:
 		return fmt.Errorf("%s: s2 payload decodes to %d bytes, declared %d: %w", op, n, plain, ErrCorrupt)
 	}
-	out, err := s2.Decode(r.plain, r.enc)
+	out, err := s2.Decode(dst, r.enc)
 	switch {
 	case err != nil:
 		return fmt.Errorf("%s: decode s2: %v: %w", op, err, ErrCorrupt)
-	case len(out) != plain || &out[0] != &r.plain[0]:
+	case len(out) != plain || &out[0] != &dst[0]:
 		return fmt.Errorf("%s: s2 payload decodes to %d bytes, declared %d: %w", op, len(out), plain, ErrCorrupt)
 	}
 	return nil
