@@ -148,7 +148,7 @@ func Extract(ctx context.Context, r io.Reader, dest string, opts ExtractOptions)
 		chown:  opts.Chown && os.Geteuid() == 0,
 		sr:     sr,
 		tr:     tar.NewReader(sr),
-		buf:    make([]byte, 256<<10),
+		buf:    make([]byte, copyBuffer),
 		dirs:   map[string]*dirMeta{rootName: {}},
 	}
 	if err := x.run(); err != nil {
@@ -628,6 +628,12 @@ func (x *extractor) applyDirMeta(skip func(name string) bool) error {
 	}
 	return nil
 }
+
+// copyBuffer is the extractor's buffer for file contents. It holds a
+// whole frame block of agent mode (1 MiB), so that most blocks decode
+// straight into it (see frame.Reader.Read) instead of being copied
+// there.
+const copyBuffer = 1 << 20
 
 // onlyReader and onlyWriter hide ReaderFrom/WriterTo so that io.CopyBuffer
 // uses the extractor's buffer.

@@ -69,7 +69,7 @@ func (s *server) get(req *agentv1.GetRequest, stream agentv1.Agent_GetServer) er
 	cw := &chunkWriter{send: func(b []byte) error {
 		return stream.Send(&agentv1.GetResponse{Msg: &agentv1.GetResponse_Data{Data: b}})
 	}}
-	fw := frame.NewWriter(cw, frame.WriterOptions{Compress: mode, NoDigest: true, WireCost: wireCost})
+	fw := frame.NewWriter(cw, frame.WriterOptions{Compress: mode, BlockSize: frameBlock, NoDigest: true, WireCost: wireCost})
 	tw := transfer.NewWriter(fw)
 	tw.HashFiles()
 	var err error

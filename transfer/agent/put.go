@@ -168,7 +168,7 @@ func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *transfer.Wr
 	cw := &chunkWriter{send: func(b []byte) error {
 		return stream.Send(&agentv1.PutRequest{Msg: &agentv1.PutRequest_Data{Data: b}})
 	}}
-	fw := frame.NewWriter(cw, frame.WriterOptions{Compress: spec.Compress, MaxRatio: frameRatio(spec.Limits), NoDigest: true, WireCost: wireCost})
+	fw := frame.NewWriter(cw, frame.WriterOptions{Compress: spec.Compress, BlockSize: frameBlock, MaxRatio: frameRatio(spec.Limits), NoDigest: true, WireCost: wireCost})
 	tw := transfer.NewWriter(fw)
 	tw.HashFiles()
 	err = fill(tw)
