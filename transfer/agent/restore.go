@@ -198,6 +198,7 @@ const chunkDepth = 4
 // is not; ready is closed once it is either.
 type decoded struct {
 	plain []byte
+	buf   *[]byte // plain's storage, from buffers; nil after a failure
 	err   error
 	ready chan struct{}
 }
@@ -213,8 +214,9 @@ type chunkPipe struct {
 	wire   int64 // bytes received, the receiver's until stop
 
 	entry *agentv1.RestoreEntry
-	next  int    // the entry's next chunk
-	left  []byte // what is not read of the current chunk
+	next  int     // the entry's next chunk
+	left  []byte  // what is not read of the current chunk
+	cur   *[]byte // the current chunk's storage, back to buffers once read
 }
 
 // startChunkPipe starts receiving and decoding the chunks entries
@@ -264,7 +266,12 @@ func startChunkPipe(ctx context.Context, recv func() (*agentv1.RestoreRequest, e
 				}
 				c.wg.Go(func() {
 					defer close(d.ready)
-					d.plain, d.err = decodeChunk(z.Chunk, ref.GetSize(), ce)
+					d.buf = buffers.Get(int(ref.GetSize()) + decodeSlack)
+					d.plain, d.err = decodeChunk(z.Chunk, ref.GetSize(), ce, (*d.buf)[:0])
+					if d.err != nil {
+						buffers.Put(d.buf)
+						d.buf = nil
+					}
 				})
 			}
 		}
@@ -281,10 +288,11 @@ func startChunkPipe(ctx context.Context, recv func() (*agentv1.RestoreRequest, e
 	return c
 }
 
-// decodeChunk decodes one stored chunk and checks it against its
-// reference, filling in ce's reason when it does not match.
-func decodeChunk(z []byte, size int64, ce *ChunkError) ([]byte, error) {
-	plain, err := chunkDecoder.DecodeAll(z, make([]byte, 0, size+decodeSlack))
+// decodeChunk decodes one stored chunk into dst's storage (size plus
+// decodeSlack bytes of it) and checks it against its reference, filling
+// in ce's reason when it does not match.
+func decodeChunk(z []byte, size int64, ce *ChunkError, dst []byte) ([]byte, error) {
+	plain, err := chunkDecoder.DecodeAll(z, dst[:0:size+decodeSlack])
 	switch {
 	case err != nil:
 		ce.Err = fmt.Errorf("does not decode: %v", err)
@@ -298,14 +306,15 @@ func decodeChunk(z []byte, size int64, ce *ChunkError) ([]byte, error) {
 	return nil, ce
 }
 
-// take returns the next item of the queue once it is ready.
-func (c *chunkPipe) take() ([]byte, error) {
+// take returns the next item of the queue once it is ready, and the
+// storage to give back to buffers once it is read.
+func (c *chunkPipe) take() ([]byte, *[]byte, error) {
 	d, ok := <-c.queue
 	if !ok {
-		return nil, context.Canceled
+		return nil, nil, context.Canceled
 	}
 	<-d.ready
-	return d.plain, d.err
+	return d.plain, d.buf, d.err
 }
 
 func (c *chunkPipe) reset(e *agentv1.RestoreEntry) { c.entry, c.next, c.left = e, 0, nil }
@@ -315,11 +324,15 @@ func (c *chunkPipe) Read(p []byte) (int, error) {
 		if c.next == len(c.entry.GetChunks()) {
 			return 0, io.EOF
 		}
-		plain, err := c.take()
+		if c.cur != nil {
+			buffers.Put(c.cur)
+			c.cur = nil
+		}
+		plain, buf, err := c.take()
 		if err != nil {
 			return 0, err
 		}
-		c.left = plain
+		c.left, c.cur = plain, buf
 		c.next++
 	}
 	n := copy(p, c.left)
@@ -329,7 +342,7 @@ func (c *chunkPipe) Read(p []byte) (int, error) {
 
 // end takes the end check, once every chunk has been read.
 func (c *chunkPipe) end() error {
-	_, err := c.take()
+	_, _, err := c.take()
 	return err
 }
 
