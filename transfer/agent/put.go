@@ -185,6 +185,15 @@ func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *transfer.Wr
 		return Result{}, ended()
 	}
 	if err != nil {
+		// The host's side failed (a source file, most often). Half-close
+		// rather than cancel, as Restore does (see abandon): the agent
+		// sees the stream end without a trailer, refuses it and removes
+		// its staging before it answers. The frame writer is closed
+		// first so that none of its goroutines sends after the
+		// half-close.
+		fw.Close()
+		cw.Flush()
+		abandon(func() { stream.CloseAndRecv() }, cancel)
 		return Result{}, fmt.Errorf("%s: %w", op, err)
 	}
 	trailer := trailerOf(tw)

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -18,6 +20,7 @@ import (
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
 	"github.com/ferry-dev/ferry/transfer/frame"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
@@ -226,17 +229,25 @@ func TestPutInvalid(t *testing.T) {
 	}
 }
 
+// TestPutFillFails: when the host's side fails mid-stream, Put returns
+// its error only once the agent has refused the stream and removed its
+// staging: nothing is left in the workspace, with no waiting.
 func TestPutFillFails(t *testing.T) {
-	c, _ := inProcess(t)
+	c, ws := inProcess(t)
+	src := t.TempDir()
+	transfertest.RandomTree(t, src, 7, transfertest.TreeOptions{Entries: 40})
 	errFill := errors.New("fill failed")
 	_, err := c.Put(context.Background(), agent.PutSpec{Dest: "out"}, func(w *transfer.Writer) error {
-		if err := w.Add(context.Background(), t.TempDir(), "."); err != nil {
+		if err := w.Add(context.Background(), src, "."); err != nil {
 			return err
 		}
 		return errFill
 	})
 	if !errors.Is(err, errFill) {
 		t.Fatalf("err = %v", err)
+	}
+	if left, _ := os.ReadDir(ws); len(left) != 0 {
+		t.Fatalf("workspace holds %v after a failed Put", left)
 	}
 	// The connection survives a cancelled call.
 	if _, err := c.Probe(context.Background()); err != nil {
@@ -404,4 +415,57 @@ func TestPutMessagesAndAgentReply(t *testing.T) {
 	if err != nil || res.Stats != st || res.WireBytes != int64(sum) {
 		t.Fatalf("%+v, %v; want %+v and %d wire bytes", res, err, st, sum)
 	}
+}
+
+// TestPutCutStagingRemoved: a connection cut while a Put streams ends
+// the agent's server only after the call has removed its staging.
+func TestPutCutStagingRemoved(t *testing.T) {
+	ws := t.TempDir()
+	c, cut := agenttest.Cuttable(t, agent.ServerConfig{Workspace: ws})
+	if _, err := c.Probe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "big"), noise(3<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Put(context.Background(), agent.PutSpec{Dest: "out"}, func(w *transfer.Writer) error {
+			if err := w.Add(context.Background(), src, "."); err != nil {
+				return err
+			}
+			<-release
+			return nil
+		})
+		done <- err
+	}()
+	staged := false
+	for range 500 {
+		if m, _ := filepath.Glob(filepath.Join(ws, ".ferry-staging-*")); len(m) > 0 {
+			staged = true
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !staged {
+		t.Fatal("no staging directory appeared")
+	}
+	cut()
+	close(release)
+	if err := <-done; err == nil {
+		t.Fatal("Put over a cut connection succeeded")
+	}
+	c.Close() // waits for the server to return
+	if left, _ := os.ReadDir(ws); len(left) != 0 {
+		t.Fatalf("workspace holds %v once the server has returned", left)
+	}
+}
+
+// noise is n bytes that do not compress.
+func noise(n int) []byte {
+	b := make([]byte, n)
+	rand.NewChaCha8([32]byte{7}).Read(b)
+	return b
 }

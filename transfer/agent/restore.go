@@ -493,7 +493,7 @@ func (c *Client) Restore(ctx context.Context, spec RestoreSpec, entries []Restor
 	for _, ref := range refs {
 		stored, err := chunk(ctx, ref.ID, buf)
 		if err != nil {
-			abandon(stream, cancel)
+			abandon(func() { stream.CloseAndRecv() }, cancel)
 			return Result{}, fmt.Errorf("%s: %w", op, err)
 		}
 		m := &agentv1.RestoreRequest{Msg: &agentv1.RestoreRequest_Chunk{Chunk: stored}}
@@ -516,16 +516,16 @@ func (c *Client) Restore(ctx context.Context, spec RestoreSpec, entries []Restor
 	return Result{Stats: want, WireBytes: wire, Entries: want.Files + want.Dirs + want.Symlinks}, nil
 }
 
-// abandon ends a Restore the host cannot finish by half-closing it rather
-// than cancelling it: the agent sees the stream end early, fails, and
-// removes its staging directory before it answers. Cancelling instead
-// would leave that cleanup racing the connection's close, which ends the
-// agent (its server does not wait for handlers). The wait is bounded:
-// past abandonWait, cancel ends the call after all.
-func abandon(stream agentv1.Agent_RestoreClient, cancel context.CancelFunc) {
+// abandon ends a Put or Restore the host cannot finish by half-closing
+// it (closeAndRecv) rather than cancelling it: the agent sees the stream
+// end early, fails, and removes its staging directory before it answers.
+// Cancelling instead would leave that cleanup racing the connection's
+// close. The wait is bounded: past abandonWait, cancel ends the call
+// after all.
+func abandon(closeAndRecv func(), cancel context.CancelFunc) {
 	t := time.AfterFunc(abandonWait, cancel)
 	defer t.Stop()
-	_, _ = stream.CloseAndRecv()
+	closeAndRecv()
 }
 
 // abandonWait bounds how long abandon waits for the agent's answer.

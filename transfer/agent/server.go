@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -28,6 +29,10 @@ type ServerConfig struct {
 	// discards them. Never stdout: that is the protocol stream.
 	Logger *slog.Logger
 }
+
+// stopWait bounds how long Serve waits, once its connection has ended,
+// for the calls in flight to return.
+const stopWait = 5 * time.Second
 
 // server implements ferry.agent.v1.Agent. Its methods live in one file per
 // operation.
@@ -74,7 +79,23 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg ServerConfig) erro
 			c.Close()
 		}
 	}
-	gs.Stop()
+	// Let the calls in flight finish their cleanup (a failed Put or
+	// Restore removes its staging directory) before the process may
+	// exit; the transport is gone, so they are ending. A handler that
+	// does not end within stopWait is stopped.
+	stopped := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(stopped)
+	}()
+	t := time.NewTimer(stopWait)
+	select {
+	case <-stopped:
+	case <-t.C:
+		gs.Stop()
+		<-stopped
+	}
+	t.Stop()
 	lis.Close()
 	if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("serve: %w", err)
