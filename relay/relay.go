@@ -86,6 +86,10 @@ var (
 	ErrNotReady = errors.New("relay: sandbox not ready")
 	// ErrInvalid means the command breaks one of the limits above.
 	ErrInvalid = errors.New("relay: invalid command")
+	// ErrBusy means the gateway refused a connection over one of its
+	// limits on concurrent ones (3 per SSH session token, 20 per
+	// sandbox): the request was valid, and may succeed once others end.
+	ErrBusy = errors.New("relay: gateway connection limit reached")
 	// ErrStdinTooLarge means a one-shot exec was asked to carry more stdin
 	// than fits in one message.
 	ErrStdinTooLarge = errors.New("relay: stdin too large for one-shot exec")

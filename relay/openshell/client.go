@@ -395,8 +395,15 @@ func statusError(action string, err error) error {
 		sentinel = relay.ErrNotFound
 	case codes.FailedPrecondition:
 		sentinel = relay.ErrNotReady
-	case codes.InvalidArgument, codes.ResourceExhausted:
+	case codes.InvalidArgument:
 		sentinel = relay.ErrInvalid
+	case codes.ResourceExhausted:
+		// gRPC says the same of a message over its size limit, which
+		// waiting does not cure.
+		sentinel = relay.ErrBusy
+		if strings.Contains(st.Message(), "larger than max") {
+			sentinel = relay.ErrInvalid
+		}
 	case codes.AlreadyExists:
 		sentinel = ErrExists
 	case codes.Canceled:

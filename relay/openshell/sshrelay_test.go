@@ -163,3 +163,21 @@ func TestSSHExecerRecovers(t *testing.T) {
 		t.Fatal("Close did not revoke the token")
 	}
 }
+
+// TestSSHExecerBusy: past the gateway's 20 SSH connections per sandbox
+// (each SSH execer keeps one open), a new one is refused with
+// relay.ErrBusy, which says to wait rather than that the command is bad.
+func TestSSHExecerBusy(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := g.Client(t, openshell.Config{})
+	g.Sandbox(t, c, "box")
+	for i := range 20 {
+		if err := echo(t, sshVia(t, c), "box", "held"); err != nil {
+			t.Fatalf("connection %d: %v", i+1, err)
+		}
+	}
+	err := echo(t, sshVia(t, c), "box", "one-too-many")
+	if !errors.Is(err, relay.ErrBusy) {
+		t.Fatalf("21st connection: err = %v, want one wrapping relay.ErrBusy", err)
+	}
+}
