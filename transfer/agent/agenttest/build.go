@@ -84,7 +84,9 @@ func build(arch string, flags []string) (agent.Bundle, []byte, error) {
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "ferry-agent")
-	args := append([]string{"build", "-trimpath", "-o", bin}, flags...)
+	// The tags are the Makefile's (AGENT_TAGS): tests run the agent ferry
+	// embeds.
+	args := append([]string{"build", "-trimpath", "-tags", "grpcnotrace", "-o", bin}, flags...)
 	cmd := exec.Command("go", append(args, "./cmd/ferry-agent")...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "HOME="+home, "XDG_CACHE_HOME="+cacheHome)
