@@ -84,7 +84,7 @@ func build(arch string, flags []string) (agent.Bundle, []byte, error) {
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "ferry-agent")
-	// The tags are the Makefile's (AGENT_TAGS): tests run the agent ferry
+	// The tags are the Makefile's (GO_TAGS): tests run the agent ferry
 	// embeds.
 	args := append([]string{"build", "-trimpath", "-tags", "grpcnotrace", "-o", bin}, flags...)
 	cmd := exec.Command("go", append(args, "./cmd/ferry-agent")...)
