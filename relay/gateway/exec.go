@@ -148,6 +148,7 @@ func (s *Server) exec(stream eventSender, a admitted, stdin io.Reader) error {
 		Shell:          s.cfg.Shell,
 		KilledExitCode: 1,
 		ChunkSize:      outputChunk,
+		Logger:         s.cfg.Logger.With("sandbox", pb.GetMetadata().GetName()),
 	})
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())

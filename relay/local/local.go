@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +39,9 @@ type Config struct {
 	// ChunkSize is the largest piece of output handed to Stdout or Stderr
 	// in one Write. Default 32 KiB.
 	ChunkSize int
+	// Logger, when set, is told of a process killed by a signal, which
+	// KilledExitCode may otherwise make look like a plain failure.
+	Logger *slog.Logger
 }
 
 // Runner runs processes on this machine.
@@ -225,6 +229,9 @@ func (r *Runner) exitCode(ps *os.ProcessState, waitErr error) (int, error) {
 		return 0, fmt.Errorf("wait: %w", waitErr)
 	}
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		if r.cfg.Logger != nil {
+			r.cfg.Logger.Warn("process killed by a signal", "pid", ps.Pid(), "signal", ws.Signal().String())
+		}
 		if r.cfg.KilledExitCode != 0 {
 			return r.cfg.KilledExitCode, nil
 		}
