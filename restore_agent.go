@@ -71,12 +71,10 @@ func (a agentRemote) restoreSnapshot(ctx context.Context, st *session.Store, m *
 func blameChunk(ctx context.Context, st *session.Store, m *session.Manifest, ce *agent.ChunkError, err error) error {
 	id := session.ID(ce.ID)
 	_, rerr := st.ReadChunk(ctx, id, nil)
-	switch {
-	case errors.Is(rerr, session.ErrChunkCorrupt):
-		return &session.IntegrityError{Key: m.Key, Seq: m.Seq, Corrupt: []session.ID{id}}
-	case errors.Is(rerr, session.ErrChunkMissing):
-		return &session.IntegrityError{Key: m.Key, Seq: m.Seq, Missing: []session.ID{id}}
-	case rerr != nil:
+	if errors.Is(rerr, session.ErrChunkCorrupt) || errors.Is(rerr, session.ErrChunkMissing) {
+		return integrity(m, id, rerr)
+	}
+	if rerr != nil {
 		return errors.Join(err, rerr)
 	}
 	return fmt.Errorf("%w: the sandbox refused chunk %s of %q, which is intact in the store: %v", transfer.ErrDigest, id, ce.Path, err)
@@ -102,6 +100,9 @@ type prefetch struct {
 	due    chan *fetched  // reads started, in order; closed when the producer ends
 	free   chan []byte    // buffers Restore has handed back
 	n      int            // calls of next so far
+	// ra fetches the packs that hold the chunks, a few packs ahead of
+	// the reads, from a store that packs.
+	ra *session.ReadAhead
 }
 
 // fetched is one read, and its result once done is closed.
@@ -120,6 +121,11 @@ func startPrefetch(ctx context.Context, st *session.Store, m *session.Manifest, 
 			p.ids = append(p.ids, c.ID)
 		}
 	}
+	ids := make([]session.ID, len(p.ids))
+	for i, id := range p.ids {
+		ids[i] = id
+	}
+	p.ra = st.ReadAhead(ctx, ids)
 	p.wg.Go(func() {
 		defer close(p.due)
 		for _, id := range p.ids {
@@ -138,7 +144,7 @@ func startPrefetch(ctx context.Context, st *session.Store, m *session.Manifest, 
 				case buf = <-p.free:
 				default:
 				}
-				f.data, f.err = st.ReadStored(ctx, id, buf)
+				f.data, f.err = p.ra.ReadStored(ctx, id, buf)
 				if f.err != nil {
 					f.err = integrity(m, id, f.err)
 					cancel(f.err)
@@ -149,17 +155,25 @@ func startPrefetch(ctx context.Context, st *session.Store, m *session.Manifest, 
 	return p
 }
 
-// integrity turns a read's missing or oversized chunk into the
+// integrity turns a read's missing or damaged chunk into the
 // *session.IntegrityError the restore reports, as the store check before
-// a POSIX-mode restore does.
+// a POSIX-mode restore does, naming the pack or index object at fault
+// when the chunk is in a pack.
 func integrity(m *session.Manifest, id session.ID, err error) error {
+	ie := &session.IntegrityError{Key: m.Key, Seq: m.Seq}
 	switch {
 	case errors.Is(err, session.ErrChunkMissing):
-		return &session.IntegrityError{Key: m.Key, Seq: m.Seq, Missing: []session.ID{id}}
+		ie.Missing = []session.ID{id}
 	case errors.Is(err, session.ErrChunkCorrupt):
-		return &session.IntegrityError{Key: m.Key, Seq: m.Seq, Corrupt: []session.ID{id}}
+		ie.Corrupt = []session.ID{id}
+	default:
+		return err
 	}
-	return err
+	var pe *session.PackError
+	if errors.As(err, &pe) {
+		ie.Packs = []string{pe.Object}
+	}
+	return ie
 }
 
 // next is Restore's agent.StoredChunk: chunk id, which must be the one due.
@@ -204,4 +218,5 @@ func (p *prefetch) next(ctx context.Context, id [32]byte, buf []byte) ([]byte, e
 func (p *prefetch) close() {
 	p.cancel(context.Canceled)
 	p.wg.Wait()
+	p.ra.Close()
 }

@@ -1,6 +1,7 @@
 package ferry_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -10,11 +11,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/session"
+	"github.com/ferry-dev/ferry/session/local"
 )
 
 // vanishing is a backend whose chunk gone is still there for Stat but
@@ -118,4 +121,100 @@ func jsonlLines(seed, n int) string {
 		b.WriteString(`{"seed":` + strconv.Itoa(seed) + `,"line":` + strconv.Itoa(i) + `,"text":"reading the file and thinking about it"}` + "\n")
 	}
 	return b.String()
+}
+
+// damagingPacks is a backend that serves its packs missing (gone) or with
+// a byte flipped (flip), and counts the packs read.
+type damagingPacks struct {
+	session.Backend
+	gone, flip string
+	gets       atomic.Int64
+}
+
+func (d *damagingPacks) Get(ctx context.Context, name string) (io.ReadCloser, error) {
+	if _, ok := session.PackObjectID(name); !ok {
+		return d.Backend.Get(ctx, name)
+	}
+	d.gets.Add(1)
+	if name == d.gone {
+		return nil, &fs.PathError{Op: "get", Path: name, Err: fs.ErrNotExist}
+	}
+	r, err := d.Backend.Get(ctx, name)
+	if err != nil || name != d.flip {
+		return r, err
+	}
+	defer r.Close()
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	data[len(data)/2] ^= 1
+	return io.NopCloser(bytes.NewReader(data)), nil
+}
+
+// TestSessionRestorePacks: in agent mode, a restore from a store that
+// packs reads each pack once, not each chunk; a pack that vanishes after
+// the look-up, or reads damaged, fails the restore with an IntegrityError
+// naming the pack, and nothing is placed in the sandbox.
+func TestSessionRestorePacks(t *testing.T) {
+	e := newEnv(t, ferry.ModeAgent)
+	src := filepath.Join(e.root, "sess")
+	files := map[string]string{}
+	for i := range 6 {
+		files[filepath.Join("d", string(rune('a'+i))+".jsonl")] = jsonlLines(100+i, 150<<10)
+	}
+	write(t, src, files)
+	dir := t.TempDir()
+	b, err := local.NewDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &damagingPacks{Backend: b}
+	st, err := session.New(session.Config{Backend: d, Pack: true, PackSize: 2 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ferry.SaveSession(ctx(t), e.sb, st, "sess", "k"); err != nil {
+		t.Fatal(err)
+	}
+	var packs []string
+	b.List(ctx(t), "packs/", func(o session.ObjectInfo) error { packs = append(packs, o.Name); return nil })
+	if len(packs) < 3 {
+		t.Fatalf("%d packs; the test needs several", len(packs))
+	}
+	fresh := func() *session.Store {
+		st, err := session.New(session.Config{Backend: d, Pack: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	d.gets.Store(0)
+	if _, err := ferry.RestoreSession(ctx(t), e.sb, fresh(), "k", "ok", ferry.SessionRestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.gets.Load(); n != int64(len(packs)) {
+		t.Errorf("the restore read %d packs; the store has %d, each to be read once", n, len(packs))
+	}
+	for _, tc := range []struct {
+		name string
+		set  func(p string)
+		want error
+	}{
+		{"vanished", func(p string) { d.gone, d.flip = p, "" }, session.ErrChunkMissing},
+		{"damaged", func(p string) { d.gone, d.flip = "", p }, session.ErrChunkCorrupt},
+	} {
+		for _, p := range []string{packs[0], packs[len(packs)-1]} {
+			tc.set(p)
+			_, err := ferry.RestoreSession(ctx(t), e.sb, fresh(), "k", "dst", ferry.SessionRestoreOptions{})
+			var ie *session.IntegrityError
+			if !errors.Is(err, tc.want) || !errors.As(err, &ie) || !slices.Contains(ie.Packs, p) || !strings.Contains(err.Error(), p) {
+				t.Fatalf("pack %s %s: err = %v, want an IntegrityError (%v) naming it", p, tc.name, err, tc.want)
+			}
+			if _, err := os.Lstat(filepath.Join(e.root, "dst")); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("pack %s %s: the failed restore placed the target: %v", p, tc.name, err)
+			}
+			noLeftovers(t, e.root, 10*time.Second)
+		}
+	}
 }

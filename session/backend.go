@@ -48,3 +48,27 @@ type ObjectInfo struct {
 	Size    int64     // stored bytes
 	ModTime time.Time // last Put
 }
+
+// RangeGetter is a Backend that can read part of an object; the Store
+// uses it when a Backend has it, and reads past the start otherwise. It is
+// optional, so that a Backend written before it keeps working.
+type RangeGetter interface {
+	// GetRange opens the length bytes of the object name that start at
+	// byte off, for reading; the caller closes it. A range that runs past
+	// the object's end stops there (the reader returns fewer bytes); off
+	// at or past the end is an error or an empty read. A missing object
+	// is an error matching fs.ErrNotExist. off and length are not negative.
+	GetRange(ctx context.Context, name string, off, length int64) (io.ReadCloser, error)
+}
+
+// LocalRanger is a RangeGetter that can say which objects it reads
+// locally (a cache that holds a pack on the node's disk). The Store fetches
+// a pack whole once, which such a backend keeps, and then reads the chunks
+// of it that its memory no longer holds with GetRange, rather than
+// fetching the whole pack again or holding every pack in memory.
+type LocalRanger interface {
+	RangeGetter
+	// Local reports whether GetRange of name is served locally now. It
+	// may be wrong a moment later (an eviction); GetRange still works.
+	Local(name string) bool
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"strings"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -56,9 +57,69 @@ const maxStoredChunk = MaxChunkSize + MaxChunkSize/64 + 1024
 
 // readChunk fetches chunk id, decompresses it into buf's storage and checks
 // that it hashes to id. A missing chunk matches ErrChunkMissing; one that
-// does not decode or hash matches ErrChunkCorrupt.
-func readChunk(ctx context.Context, b Backend, id ID, buf []byte) ([]byte, error) {
-	r, err := b.Get(ctx, chunkName(id))
+// does not decode or hash matches ErrChunkCorrupt (a *PackError naming the
+// pack when it came from one).
+func (s *Store) readChunk(ctx context.Context, id ID, buf []byte) ([]byte, error) {
+	stored, pack, err := s.storedChunk(ctx, id, nil)
+	if err != nil {
+		return nil, err
+	}
+	bad := func(reason string) error {
+		if pack != "" {
+			return &PackError{Object: pack, Chunk: id, Reason: reason}
+		}
+		return fmt.Errorf("read chunk %s: %w: %s", id, ErrChunkCorrupt, reason)
+	}
+	plain, err := chunkDecoder.DecodeAll(stored, buf[:0])
+	if err != nil {
+		return nil, bad(err.Error())
+	}
+	if len(plain) > MaxChunkSize || Hash(plain) != id {
+		return nil, bad("content does not match its id")
+	}
+	return plain, nil
+}
+
+// storedChunk returns chunk id as stored (one zstd frame) and the pack it
+// came from ("" for a loose chunk): from the pack the view places it in,
+// else from its loose object, read into buf's storage when it fits. A
+// result from a pack aliases the cached pack: the caller copies what it
+// keeps.
+func (s *Store) storedChunk(ctx context.Context, id ID, buf []byte) ([]byte, string, error) {
+	if s.cfg.Pack {
+		if err := s.refreshIfOlder(ctx, forever); err != nil {
+			return nil, "", err
+		}
+		if loc, ok, _ := s.packed(id); ok {
+			data, err := s.readPacked(ctx, id, loc)
+			return data, packName(loc.pack), err
+		}
+	}
+	data, err := s.getLoose(ctx, id, buf)
+	if !errors.Is(err, ErrChunkMissing) {
+		return data, "", err
+	}
+	// Not loose: it may be in a pack the view does not know yet (a store
+	// that does not pack reads packs too, and another writer may have
+	// stored one since the last refresh).
+	if rerr := s.refreshIfOlder(ctx, time.Second); rerr != nil {
+		return nil, "", rerr
+	}
+	if loc, ok, _ := s.packed(id); ok {
+		data, err := s.readPacked(ctx, id, loc)
+		return data, packName(loc.pack), err
+	}
+	return nil, "", err
+}
+
+// forever is a refreshIfOlder age that refreshes only a view never loaded.
+const forever = time.Duration(1<<63 - 1)
+
+// getLoose reads the loose object of chunk id into buf's storage (when it
+// fits maxStoredChunk+1), unchecked. A missing one matches
+// ErrChunkMissing; one over the stored size bound, ErrChunkCorrupt.
+func (s *Store) getLoose(ctx context.Context, id ID, buf []byte) ([]byte, error) {
+	r, err := s.b.Get(ctx, chunkName(id))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("read chunk %s: %w", id, ErrChunkMissing)
 	}
@@ -66,21 +127,24 @@ func readChunk(ctx context.Context, b Backend, id ID, buf []byte) ([]byte, error
 		return nil, fmt.Errorf("read chunk %s: %w", id, err)
 	}
 	defer r.Close()
-	stored, err := io.ReadAll(io.LimitReader(r, maxStoredChunk+1))
-	if err != nil {
-		return nil, fmt.Errorf("read chunk %s: %w", id, err)
+	out := buf[:0]
+	if cap(out) < maxStoredChunk+1 {
+		out = make([]byte, 0, maxStoredChunk+1)
 	}
-	if len(stored) > maxStoredChunk {
+	for len(out) < cap(out) {
+		n, err := r.Read(out[len(out):cap(out)])
+		out = out[:len(out)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read chunk %s: %w", id, err)
+		}
+	}
+	if len(out) > maxStoredChunk {
 		return nil, fmt.Errorf("read chunk %s: %w: over %d bytes stored", id, ErrChunkCorrupt, maxStoredChunk)
 	}
-	plain, err := chunkDecoder.DecodeAll(stored, buf[:0])
-	if err != nil {
-		return nil, fmt.Errorf("read chunk %s: %w: %v", id, ErrChunkCorrupt, err)
-	}
-	if len(plain) > MaxChunkSize || Hash(plain) != id {
-		return nil, fmt.Errorf("read chunk %s: %w: content does not match its id", id, ErrChunkCorrupt)
-	}
-	return plain, nil
+	return out, nil
 }
 
 // writeChunk compresses data and stores it as chunk id, replacing any

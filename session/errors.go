@@ -1,8 +1,10 @@
 package session
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -47,6 +49,59 @@ type IntegrityError struct {
 	Key              string
 	Seq              int64
 	Missing, Corrupt []ID
+	// Packs are the pack and index objects at fault, when the chunks are
+	// in packs: missing or damaged, or disagreeing with each other.
+	Packs []string
+}
+
+// addPack records the object name at fault, once.
+func (e *IntegrityError) addPack(name string) {
+	if !slices.Contains(e.Packs, name) {
+		e.Packs = append(e.Packs, name)
+	}
+}
+
+// note records err's chunk id as missing or corrupt, and its pack; it
+// reports false for an error that is neither (a failing backend).
+func (e *IntegrityError) note(id ID, err error) bool {
+	switch {
+	case errors.Is(err, ErrChunkMissing):
+		e.Missing = append(e.Missing, id)
+	case errors.Is(err, ErrChunkCorrupt):
+		e.Corrupt = append(e.Corrupt, id)
+	default:
+		return false
+	}
+	var pe *PackError
+	if errors.As(err, &pe) {
+		e.addPack(pe.Object)
+	}
+	return true
+}
+
+// blameIndexes adds to a list of missing chunks the index objects of s
+// that do not parse: the chunks may be in their packs.
+func (e *IntegrityError) blameIndexes(s *Store) {
+	if len(e.Missing) == 0 {
+		return
+	}
+	s.view.mu.Lock()
+	defer s.view.mu.Unlock()
+	for id := range s.view.badIndex {
+		e.addPack(indexName(id))
+	}
+}
+
+// orNil returns e if it lists damage, else nil.
+func (e *IntegrityError) orNil() error {
+	cmp := func(a, b ID) int { return bytes.Compare(a[:], b[:]) }
+	slices.SortFunc(e.Missing, cmp)
+	slices.SortFunc(e.Corrupt, cmp)
+	slices.Sort(e.Packs)
+	if len(e.Missing)+len(e.Corrupt) > 0 {
+		return e
+	}
+	return nil
 }
 
 func (e *IntegrityError) Error() string {
@@ -67,6 +122,9 @@ func (e *IntegrityError) Error() string {
 	}
 	list("missing", e.Missing)
 	list("corrupt", e.Corrupt)
+	if len(e.Packs) > 0 {
+		fmt.Fprintf(&b, " (in %s)", strings.Join(e.Packs, ", "))
+	}
 	return b.String()
 }
 

@@ -5,3 +5,11 @@ const (
 	LookupParallel = lookupParallel
 	UploadParallel = uploadParallel
 )
+
+// SetPackCacheBytes sets the bound of the packs a Store keeps in memory
+// until the test ends.
+func SetPackCacheBytes(t interface{ Cleanup(func()) }, n int64) {
+	old := packCacheBytes
+	packCacheBytes = n
+	t.Cleanup(func() { packCacheBytes = old })
+}

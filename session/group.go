@@ -13,7 +13,8 @@ import (
 // chunk (up to ~260 KiB with its compressed form), so fewer of those.
 // Limitation: against a server short of CPU (versitygw on a 2-core
 // loopback host saturates near 1,800 HEADs or 1,000 PUTs a second at 4
-// or more in flight) no bound helps; only fewer requests would.
+// or more in flight) no bound helps; only fewer requests do, which is
+// what Config.Pack is for.
 const (
 	lookupParallel = 16 // Stats: CheckPresent, a save's Has
 	uploadParallel = 8  // chunk Puts of one Save

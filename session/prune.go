@@ -2,7 +2,10 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -24,8 +27,9 @@ type PruneOptions struct {
 // PruneReport is the result of Prune.
 type PruneReport struct {
 	Snapshots   []SnapshotRef `json:"snapshots"`    // removed
-	Chunks      int           `json:"chunks"`       // removed
-	StoredBytes int64         `json:"stored_bytes"` // of the removed chunks
+	Chunks      int           `json:"chunks"`       // loose chunks removed
+	Packs       int           `json:"packs"`        // packs removed
+	StoredBytes int64         `json:"stored_bytes"` // of the removed chunks and packs
 }
 
 // Prune removes snapshots as opts say, then every chunk that no remaining
@@ -34,6 +38,12 @@ type PruneReport struct {
 // refreshed survive. If a remaining manifest cannot be read, Prune
 // removes no chunk (it cannot know what that snapshot needs) and returns
 // an error after the snapshots it removed.
+//
+// Packs: a pack is removed only when no remaining snapshot references any
+// of its chunks and both it and its index object are older than the grace
+// period, the index object first (a pack whose index object is missing is
+// read from its trailer; one whose content cannot be known stays). A pack
+// some of whose chunks are still used stays whole: Prune does not repack.
 //
 // Limitation: a save that started from a snapshot which Prune then removes
 // through OlderThan may reference chunks of it that Prune removes too; the
@@ -120,5 +130,79 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 		rep.Chunks++
 		rep.StoredBytes += o.Size
 	}
+	if err := s.prunePacks(ctx, used, chunkCutoff, rep); err != nil {
+		return rep, err
+	}
 	return rep, nil
+}
+
+// prunePacks removes the packs none of whose chunks is in used and whose
+// pack and index objects were both last Put before cutoff: the index
+// object first, so that no reader is sent to a pack that is gone. A pack
+// some of whose chunks are used stays whole (Prune does not repack). The
+// chunks of a pack without a readable index object are read from its
+// trailer; a pack whose content cannot be known at all stays.
+func (s *Store) prunePacks(ctx context.Context, used map[ID]bool, cutoff time.Time, rep *PruneReport) error {
+	if err := s.refreshView(ctx, false); err != nil {
+		return fmt.Errorf("prune: %w", err)
+	}
+	type victim struct {
+		id      ID
+		size    int64
+		indexed bool
+	}
+	var drop []victim
+	s.view.mu.Lock()
+	packs := maps.Clone(s.view.packs)
+	entries := maps.Clone(s.view.entries)
+	indexTime := maps.Clone(s.view.indexTime)
+	s.view.mu.Unlock()
+	for id, o := range packs {
+		it, indexed := indexTime[id]
+		if !o.ModTime.Before(cutoff) || (indexed && !it.Before(cutoff)) {
+			continue
+		}
+		es, ok := entries[id]
+		if !ok {
+			var err error
+			if es, err = s.packTrailer(ctx, id, o.Size); err != nil {
+				var pe *PackError
+				if errors.As(err, &pe) {
+					continue // unknowable: kept, and Verify reports it
+				}
+				return fmt.Errorf("prune: %w", err)
+			}
+		}
+		if !slices.ContainsFunc(es, func(e packEntry) bool { return used[e.ID] }) {
+			drop = append(drop, victim{id, o.Size, indexed})
+		}
+	}
+	// An index object whose pack is gone, and which no snapshot needs.
+	for id, it := range indexTime {
+		if _, ok := packs[id]; ok || !it.Before(cutoff) {
+			continue
+		}
+		if es, ok := entries[id]; ok && !slices.ContainsFunc(es, func(e packEntry) bool { return used[e.ID] }) {
+			if err := s.b.Delete(ctx, indexName(id)); err != nil {
+				return fmt.Errorf("prune: remove %s: %w", indexName(id), err)
+			}
+		}
+	}
+	for _, v := range drop {
+		if v.indexed {
+			if err := s.b.Delete(ctx, indexName(v.id)); err != nil {
+				return fmt.Errorf("prune: remove %s: %w", indexName(v.id), err)
+			}
+		}
+		if err := s.b.Delete(ctx, packName(v.id)); err != nil {
+			return fmt.Errorf("prune: remove %s: %w", packName(v.id), err)
+		}
+		rep.Packs++
+		rep.StoredBytes += v.size
+	}
+	if len(drop) > 0 {
+		s.packs.forget(true)
+		return s.refreshView(ctx, s.cfg.Pack)
+	}
+	return nil
 }

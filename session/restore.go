@@ -26,22 +26,19 @@ type RestoreOptions struct {
 // another error if the backend fails.
 func (s *Store) Check(ctx context.Context, m *Manifest) error {
 	ie := &IntegrityError{Key: m.Key, Seq: m.Seq}
-	buf := make([]byte, MaxChunkSize)
-	for _, id := range chunkSet(m) {
-		_, err := readChunk(ctx, s.b, id, buf)
-		switch {
-		case errors.Is(err, ErrChunkMissing):
-			ie.Missing = append(ie.Missing, id)
-		case errors.Is(err, ErrChunkCorrupt):
-			ie.Corrupt = append(ie.Corrupt, id)
-		case err != nil:
+	if s.cfg.Pack {
+		if err := s.refreshView(ctx, true); err != nil {
 			return err
 		}
 	}
-	if len(ie.Missing)+len(ie.Corrupt) > 0 {
-		return ie
+	buf := make([]byte, MaxChunkSize)
+	for _, id := range s.inPackOrder(chunkSet(m)) {
+		if _, err := s.readChunk(ctx, id, buf); err != nil && !ie.note(id, err) {
+			return err
+		}
 	}
-	return nil
+	ie.blameIndexes(s)
+	return ie.orNil()
 }
 
 // chunkSet is the distinct chunks of m, sorted.
@@ -188,7 +185,7 @@ func (s *Store) writeFile(ctx context.Context, root *os.Root, e *Entry, buf []by
 		return err
 	}
 	for _, c := range e.Chunks {
-		data, err := readChunk(ctx, s.b, c.ID, buf)
+		data, err := s.readChunk(ctx, c.ID, buf)
 		if err == nil && int64(len(data)) != c.Size {
 			err = fmt.Errorf("chunk %s: %d bytes, the manifest says %d", c.ID, len(data), c.Size)
 		}

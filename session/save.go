@@ -52,6 +52,11 @@ type Sink interface {
 // commits nothing. So does a failed upload. The chunks it stored stay
 // behind, unreferenced, until Prune removes them after the grace period;
 // a retry reuses them.
+//
+// With Config.Pack the chunks go into packs instead (see packer), and the
+// look-ups behind Sink.Has are the listings and pack indexes Save loads
+// when it begins, not a request per chunk; the write order is packs,
+// their index objects, then the manifest.
 func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, error) {
 	if err := ValidKey(key); err != nil {
 		return nil, err
@@ -68,8 +73,19 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 			return nil, fmt.Errorf("save %s: %w", key, err)
 		}
 	}
+	if s.cfg.Pack {
+		if err := s.refreshView(ctx, true); err != nil {
+			return nil, fmt.Errorf("save %s: %w", key, err)
+		}
+	}
 	up := newGroup(ctx, uploadParallel)
 	sk := &sink{s: s, up: up, confirmed: map[ID]bool{}, absent: map[ID]bool{}, paths: map[string]bool{}}
+	if s.cfg.Pack {
+		// Pack uploads run under ctx, not up's context: up is done (and
+		// its context cancelled) when the last chunk is in a pack, before
+		// the last pack is sealed.
+		sk.pk = newPacker(ctx, s, up.fail)
+	}
 	if prev != nil {
 		for _, e := range prev.Entries {
 			for _, c := range e.Chunks {
@@ -84,7 +100,18 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 	if err := src.Scan(up.ctx, prev, sk); err != nil {
 		up.fail(err)
 	}
-	if err := up.Wait(); err != nil {
+	err = up.Wait()
+	if sk.pk != nil {
+		if err != nil {
+			sk.pk.g.fail(err)
+		} else {
+			err = sk.pk.flush(ctx)
+		}
+		if werr := sk.pk.g.Wait(); err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("save %s: %w", key, err)
 	}
 	m, err := sk.manifest(key, parent+1, parent)
@@ -111,6 +138,7 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 type sink struct {
 	s  *Store
 	up *group
+	pk *packer // with Config.Pack: chunks go into packs
 
 	mu sync.Mutex
 	// confirmed are the chunks entries may reference: held by the store,
@@ -155,6 +183,16 @@ func (k *sink) Has(ctx context.Context, id ID) (bool, error) {
 // fresh reports whether chunk id exists and was written within Grace/2,
 // so that Prune will not remove it before the save commits.
 func (k *sink) fresh(ctx context.Context, id ID) (bool, error) {
+	if k.pk != nil {
+		// From the listings Save began with: no request per chunk. A
+		// chunk stored since then by another writer is stored again.
+		now, half := k.s.cfg.Now(), k.s.cfg.Grace/2
+		if t, ok := k.s.looseTime(id); ok && now.Sub(t) < half {
+			return true, nil
+		}
+		loc, ok, listed := k.s.packed(id)
+		return ok && listed && now.Sub(loc.time) < half, nil
+	}
 	o, err := k.s.b.Stat(ctx, chunkName(id))
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
@@ -202,6 +240,9 @@ func (k *sink) putChecked(ctx context.Context, id ID, data, zstd []byte) error {
 	k.mu.Unlock()
 
 	stored := zstd != nil && len(zstd) <= maxStoredChunk
+	if k.pk != nil {
+		return k.putPacked(ctx, id, data, zstd, stored, absent)
+	}
 	body := slices.Clone(data)
 	if stored {
 		body = slices.Clone(zstd)
@@ -233,6 +274,41 @@ func (k *sink) putChecked(ctx context.Context, id ID, data, zstd []byte) error {
 	if err != nil {
 		// The chunk is confirmed but will not be stored: the save must not
 		// commit, even if the source ignores this error.
+		k.up.fail(err)
+	}
+	return err
+}
+
+// putPacked is putChecked's upload into a pack. A chunk that arrived
+// compressed is appended at once (the fresh look-up is a map's); one to
+// compress is compressed on up, uploadParallel at a time.
+func (k *sink) putPacked(ctx context.Context, id ID, data, zstd []byte, stored, absent bool) error {
+	add := func(ctx context.Context, z []byte) error {
+		if !absent {
+			fresh, err := k.fresh(ctx, id)
+			if err != nil || fresh {
+				return err
+			}
+		}
+		if err := k.pk.add(ctx, id, z); err != nil {
+			return err
+		}
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		k.newBytes += int64(len(data))
+		k.newChunks++
+		return nil
+	}
+	var err error
+	if stored {
+		err = add(ctx, zstd)
+	} else {
+		body := slices.Clone(data)
+		err = k.up.Go(ctx, func(ctx context.Context) error {
+			return add(ctx, encoder.EncodeAll(body, nil))
+		})
+	}
+	if err != nil {
 		k.up.fail(err)
 	}
 	return err

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/spf13/afero"
+
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/session/local"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
@@ -77,7 +79,11 @@ func TestConcurrentSaves(t *testing.T) {
 	s1, dir := diskStore(t)
 	s2 := diskStoreAt(t, dir)
 	mem, _ := memStore(t)
-	for name, stores := range map[string][2]*session.Store{"disk": {s1, s2}, "memory": {mem, mem}} {
+	p1, err := session.New(session.Config{Backend: local.New(afero.NewMemMapFs()), Pack: true, PackSize: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, stores := range map[string][2]*session.Store{"disk": {s1, s2}, "memory": {mem, mem}, "packs": {p1, p1}} {
 		t.Run(name, func(t *testing.T) {
 			key := session.TaskKey("rtzll/rascal", "42")
 			base := t.TempDir()

@@ -27,7 +27,23 @@ type Config struct {
 	Grace time.Duration
 	// Now is the clock [time.Now if nil].
 	Now func() time.Time
+	// Pack makes Save store new chunks in pack files of about PackSize
+	// bytes, each one object with an index object beside it (see
+	// pack.go), rather than one object per chunk; and makes Save's and
+	// CheckPresent's look-ups use listings and the packs' indexes rather
+	// than one request per chunk. For S3, where a request costs more than
+	// the bytes it carries. Reads understand packs and loose chunks
+	// either way, so a store may hold both.
+	Pack bool
+	// PackSize is the size at which a pack is sealed and uploaded; at
+	// most MaxPackSize/2. DefaultPackSize if zero.
+	PackSize int
 }
+
+// DefaultPackSize is Config.PackSize's default: a pack is one GET of a
+// few milliseconds on a fast link, a restore holds a few of them in
+// memory, and a save two on their way to the store and one filling.
+const DefaultPackSize = 4 << 20
 
 func (c *Config) applyDefaults() {
 	if c.Grace == 0 {
@@ -35,6 +51,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.PackSize == 0 {
+		c.PackSize = DefaultPackSize
 	}
 }
 
@@ -44,6 +63,9 @@ func (c *Config) applyDefaults() {
 type Store struct {
 	b   Backend
 	cfg Config
+
+	view  view      // where chunks are, from listings and pack indexes
+	packs packCache // packs fetched for reading
 }
 
 // New returns a Store for cfg.
@@ -53,6 +75,9 @@ func New(cfg Config) (*Store, error) {
 	}
 	if cfg.Grace < 0 {
 		return nil, fmt.Errorf("session: negative grace %v", cfg.Grace)
+	}
+	if cfg.PackSize < 0 || cfg.PackSize > MaxPackSize/2 {
+		return nil, fmt.Errorf("session: pack size %d: want 0 to %d", cfg.PackSize, MaxPackSize/2)
 	}
 	cfg.applyDefaults()
 	return &Store{b: cfg.Backend, cfg: cfg}, nil
@@ -186,5 +211,5 @@ func (s *Store) List(ctx context.Context, key string) ([]SnapshotInfo, error) {
 // buf's storage if it is large enough (MaxChunkSize). A missing chunk
 // matches ErrChunkMissing, a damaged one ErrChunkCorrupt.
 func (s *Store) ReadChunk(ctx context.Context, id ID, buf []byte) ([]byte, error) {
-	return readChunk(ctx, s.b, id, buf)
+	return s.readChunk(ctx, id, buf)
 }

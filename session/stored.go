@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
+	"time"
 )
 
 // ReadStored returns chunk id as the store keeps it (one zstd frame), in
@@ -15,32 +15,11 @@ import (
 // restore. A missing chunk matches ErrChunkMissing; one over the stored
 // size bound matches ErrChunkCorrupt.
 func (s *Store) ReadStored(ctx context.Context, id ID, buf []byte) ([]byte, error) {
-	r, err := s.b.Get(ctx, chunkName(id))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("read chunk %s: %w", id, ErrChunkMissing)
+	data, pack, err := s.storedChunk(ctx, id, buf)
+	if err != nil || pack == "" {
+		return data, err
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read chunk %s: %w", id, err)
-	}
-	defer r.Close()
-	out := buf[:0]
-	if cap(out) < maxStoredChunk+1 {
-		out = make([]byte, 0, maxStoredChunk+1)
-	}
-	for len(out) < cap(out) {
-		n, err := r.Read(out[len(out):cap(out)])
-		out = out[:len(out)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read chunk %s: %w", id, err)
-		}
-	}
-	if len(out) > maxStoredChunk {
-		return nil, fmt.Errorf("read chunk %s: %w: over %d bytes stored", id, ErrChunkCorrupt, maxStoredChunk)
-	}
-	return out, nil
+	return append(buf[:0], data...), nil
 }
 
 // CheckPresent looks up every chunk m references, without reading them,
@@ -51,6 +30,27 @@ func (s *Store) ReadStored(ctx context.Context, id ID, buf []byte) ([]byte, erro
 // rest, and every look-up has returned when CheckPresent does.
 func (s *Store) CheckPresent(ctx context.Context, m *Manifest) error {
 	ids := chunkSet(m)
+	ie := &IntegrityError{Key: m.Key, Seq: m.Seq}
+	if s.cfg.Pack {
+		if err := s.refreshView(ctx, true); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if _, ok := s.looseTime(id); ok {
+				continue
+			}
+			loc, ok, listed := s.packed(id)
+			switch {
+			case ok && listed:
+				continue
+			case ok:
+				ie.addPack(packName(loc.pack))
+			}
+			ie.Missing = append(ie.Missing, id)
+		}
+		ie.blameIndexes(s)
+		return ie.orNil()
+	}
 	// Each look-up writes only its own element, so that the missing ones
 	// come out in ids' order without a lock.
 	missing := make([]bool, len(ids))
@@ -73,16 +73,25 @@ func (s *Store) CheckPresent(ctx context.Context, m *Manifest) error {
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	ie := &IntegrityError{Key: m.Key, Seq: m.Seq}
 	for i, id := range ids {
-		if missing[i] {
-			ie.Missing = append(ie.Missing, id)
+		if !missing[i] {
+			continue
 		}
+		// Not loose: perhaps in a pack (a store may hold both).
+		if err := s.refreshIfOlder(ctx, time.Second); err != nil {
+			return err
+		}
+		loc, ok, listed := s.packed(id)
+		if ok && listed {
+			continue
+		}
+		if ok {
+			ie.addPack(packName(loc.pack))
+		}
+		ie.Missing = append(ie.Missing, id)
 	}
-	if len(ie.Missing) > 0 {
-		return ie
-	}
-	return nil
+	ie.blameIndexes(s)
+	return ie.orNil()
 }
 
 // putStored stores z, one zstd frame known to decode to chunk id's

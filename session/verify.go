@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // SnapshotRef names one snapshot.
@@ -27,21 +28,33 @@ type BrokenSnapshot struct {
 // VerifyReport is the result of Verify. Missing, Corrupt and Broken are
 // sorted.
 type VerifyReport struct {
-	Snapshots int              `json:"snapshots"` // manifests read
-	Chunks    int              `json:"chunks"`    // chunks re-hashed
-	Missing   []ID             `json:"missing"`   // referenced, not in the store
-	Corrupt   []ID             `json:"corrupt"`   // in the store, not matching their ID
-	Broken    []BrokenSnapshot `json:"broken"`
+	Snapshots int `json:"snapshots"` // manifests read
+	Chunks    int `json:"chunks"`    // chunks re-hashed
+	Packs     int `json:"packs"`     // packs read whole and checked against their names
+	// PackFaults are the pack and index objects found damaged, missing
+	// or disagreeing with each other, sorted by object.
+	PackFaults []PackFault      `json:"pack_faults,omitempty"`
+	Missing    []ID             `json:"missing"` // referenced, not in the store
+	Corrupt    []ID             `json:"corrupt"` // in the store, not matching their ID
+	Broken     []BrokenSnapshot `json:"broken"`
+}
+
+// PackFault is one pack or index object at fault.
+type PackFault struct {
+	Object string `json:"object"`
+	Err    string `json:"error"`
 }
 
 // OK reports whether nothing is missing, corrupt or broken.
 func (r *VerifyReport) OK() bool {
-	return len(r.Missing) == 0 && len(r.Corrupt) == 0 && len(r.Broken) == 0
+	return len(r.Missing) == 0 && len(r.Corrupt) == 0 && len(r.Broken) == 0 && len(r.PackFaults) == 0
 }
 
 // Verify reads every snapshot of key (every key if key is "") and
 // re-hashes every chunk they reference; with key "" it also re-hashes the
-// chunks no snapshot references. Damage is reported in the result, not as
+// chunks no snapshot references, and reads every pack whole: it must hash
+// to its name and agree with its index object. Pack and index objects at
+// fault are named in PackFaults; RepairIndexes rebuilds index objects. Damage is reported in the result, not as
 // an error: the error is for a backend that fails.
 func (s *Store) Verify(ctx context.Context, key string) (*VerifyReport, error) {
 	keys := []string{key}
@@ -76,9 +89,25 @@ func (s *Store) Verify(ctx context.Context, key string) (*VerifyReport, error) {
 			}
 		}
 	}
+	// The store's copies, not those an earlier read cached.
+	s.packs.forget(true)
+	if err := s.refreshView(ctx, s.cfg.Pack); err != nil {
+		return nil, err
+	}
+	faults := map[string]string{}
+	fault := func(err error) {
+		var pe *PackError
+		if errors.As(err, &pe) {
+			if _, ok := faults[pe.Object]; !ok {
+				faults[pe.Object] = err.Error()
+			}
+		}
+	}
+	buf := make([]byte, 0, MaxChunkSize)
 	check := func(id ID) error {
 		rep.Chunks++
-		_, err := readChunk(ctx, s.b, id, make([]byte, 0, MaxChunkSize))
+		_, err := s.readChunk(ctx, id, buf)
+		fault(err)
 		switch {
 		case errors.Is(err, ErrChunkMissing):
 			rep.Missing = append(rep.Missing, id)
@@ -89,7 +118,11 @@ func (s *Store) Verify(ctx context.Context, key string) (*VerifyReport, error) {
 		}
 		return nil
 	}
+	ids := make([]ID, 0, len(users))
 	for id := range users {
+		ids = append(ids, id)
+	}
+	for _, id := range s.inPackOrder(ids) {
 		if err := check(id); err != nil {
 			return nil, err
 		}
@@ -110,7 +143,19 @@ func (s *Store) Verify(ctx context.Context, key string) (*VerifyReport, error) {
 				return nil, err
 			}
 		}
+		if err := s.verifyPacks(ctx, rep, users, fault); err != nil {
+			return nil, err
+		}
 	}
+	s.view.mu.Lock()
+	for _, err := range s.view.badIndex {
+		fault(err)
+	}
+	s.view.mu.Unlock()
+	for obj, msg := range faults {
+		rep.PackFaults = append(rep.PackFaults, PackFault{Object: obj, Err: msg})
+	}
+	slices.SortFunc(rep.PackFaults, func(a, b PackFault) int { return strings.Compare(a.Object, b.Object) })
 	broken := map[SnapshotRef]*BrokenSnapshot{}
 	for _, b := range rep.Broken {
 		broken[b.SnapshotRef] = &b
@@ -147,4 +192,119 @@ func (s *Store) Verify(ctx context.Context, key string) (*VerifyReport, error) {
 		return int(a.Seq - b.Seq)
 	})
 	return rep, nil
+}
+
+// verifyPacks reads every listed pack whole: it must hash to its name and
+// its trailer must parse and agree with its index object; every chunk in
+// it that no snapshot references (users) is re-hashed too. An index
+// object without its pack is a fault; a pack without an index object is
+// one only if a snapshot needs a chunk it holds (else it is what a
+// crashed save leaves, for Prune).
+func (s *Store) verifyPacks(ctx context.Context, rep *VerifyReport, users map[ID][]SnapshotRef, fault func(error)) error {
+	s.view.mu.Lock()
+	packs := make([]ID, 0, len(s.view.packs))
+	for id := range s.view.packs {
+		packs = append(packs, id)
+	}
+	var orphans []ID
+	for id := range s.view.indexTime {
+		if _, ok := s.view.packs[id]; !ok {
+			orphans = append(orphans, id)
+		}
+	}
+	s.view.mu.Unlock()
+	for _, id := range orphans {
+		fault(&PackError{Object: indexName(id), Reason: "its pack " + packName(id) + " is missing"})
+	}
+	slices.SortFunc(packs, func(a, b ID) int { return bytes.Compare(a[:], b[:]) })
+	buf := make([]byte, 0, MaxChunkSize)
+	for _, id := range packs {
+		p, err := s.pack(ctx, id)
+		if err != nil {
+			var pe *PackError
+			if !errors.As(err, &pe) {
+				return err
+			}
+			fault(err)
+			continue
+		}
+		rep.Packs++
+		s.view.mu.Lock()
+		idx, indexed := s.view.entries[id]
+		_, badIndex := s.view.badIndex[id]
+		s.view.mu.Unlock()
+		switch {
+		case indexed && !sameEntries(idx, p.at):
+			fault(&PackError{Object: indexName(id), Reason: "disagrees with the trailer of its pack"})
+		case !indexed && !badIndex:
+			for cid := range p.at {
+				if users[cid] != nil {
+					fault(&PackError{Object: packName(id), Chunk: cid, Reason: "has no index object: readers cannot find the chunk"})
+					break
+				}
+			}
+		}
+		for cid, e := range p.at {
+			if users[cid] != nil {
+				continue
+			}
+			rep.Chunks++
+			plain, err := chunkDecoder.DecodeAll(p.data[e.Off:e.Off+e.Len], buf[:0])
+			if err != nil || len(plain) > MaxChunkSize || Hash(plain) != cid {
+				fault(&PackError{Object: packName(id), Chunk: cid, Reason: "stored chunk does not decode to content matching its id"})
+				rep.Corrupt = append(rep.Corrupt, cid)
+			}
+		}
+	}
+	return nil
+}
+
+// sameEntries reports whether an index object lists exactly a trailer's
+// entries.
+func sameEntries(idx []packEntry, at map[ID]packEntry) bool {
+	if len(idx) != len(at) {
+		return false
+	}
+	for _, e := range idx {
+		if at[e.ID] != e {
+			return false
+		}
+	}
+	return true
+}
+
+// inPackOrder sorts ids by where they are: packed chunks by pack and
+// offset (so that a pass over them fetches each pack once), then loose
+// ones by id.
+func (s *Store) inPackOrder(ids []ID) []ID {
+	type at struct {
+		id     ID
+		packed bool
+		loc    packLoc
+	}
+	ats := make([]at, len(ids))
+	for i, id := range ids {
+		loc, ok, _ := s.packed(id)
+		ats[i] = at{id, ok, loc}
+	}
+	slices.SortFunc(ats, func(a, b at) int {
+		switch {
+		case a.packed != b.packed:
+			if a.packed {
+				return -1
+			}
+			return 1
+		case a.packed:
+			if c := bytes.Compare(a.loc.pack[:], b.loc.pack[:]); c != 0 {
+				return c
+			}
+			return int(a.loc.entry.Off) - int(b.loc.entry.Off)
+		}
+		return bytes.Compare(a.id[:], b.id[:])
+	})
+	out := make([]ID, len(ats))
+	for i, a := range ats {
+		out[i] = a.id
+	}
+	return out
 }

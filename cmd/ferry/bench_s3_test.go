@@ -23,7 +23,9 @@ import (
 //     FERRY_BENCH_ROUNDS (default 2): from the local store; from S3 by a
 //     node that has never seen the session (an empty chunk cache, as on
 //     another machine); and from S3 by the node that saved it (its cache
-//     holds every chunk, so no chunk is downloaded).
+//     holds every chunk, so no chunk is downloaded). The CLI stores
+//     chunks on S3 in packs (session.Config.Pack), the local directory
+//     one file per chunk.
 //
 // Each store is fresh, and each S3 case runs with a chunk cache of its
 // own ($FERRY_CACHE_DIR). TMPDIR=/dev/shm takes the disk out of both

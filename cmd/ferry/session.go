@@ -23,8 +23,9 @@ import (
 // S3-compatible store (endpoint --s3-endpoint, else $AWS_ENDPOINT_URL;
 // credentials from the AWS_* variables; commits as $FERRY_S3_COMMIT
 // says, see s3store.CommitMode) read through the chunk cache in
-// $FERRY_CACHE_DIR (cache.DefaultDir; "off": none); anything else is a
-// directory.
+// $FERRY_CACHE_DIR (cache.DefaultDir; "off": none), and written in packs
+// (session.Config.Pack); anything else is a directory, written one
+// object per chunk as before.
 func (g *globals) openStore(ctx context.Context) (*session.Store, error) {
 	return g.openStoreCached(ctx, true)
 }
@@ -44,6 +45,7 @@ func (g *globals) openStoreCached(ctx context.Context, cached bool) (*session.St
 		}
 	}
 	var b session.Backend
+	pack := false
 	switch {
 	case strings.HasPrefix(loc, "s3://"):
 		c, err := s3store.ParseURL(loc)
@@ -57,6 +59,9 @@ func (g *globals) openStoreCached(ctx context.Context, cached bool) (*session.St
 			return nil, fmt.Errorf("session store %s: %w", loc, err)
 		}
 		b = sb
+		// One object per chunk costs S3 a request per chunk on every
+		// save and restore; packs cost one per few MiB.
+		pack = true
 		if cached {
 			dir, err := cache.DefaultDir()
 			if err != nil {
@@ -77,7 +82,7 @@ func (g *globals) openStoreCached(ctx context.Context, cached bool) (*session.St
 		}
 		b = lb
 	}
-	return session.New(session.Config{Backend: b})
+	return session.New(session.Config{Backend: b, Pack: pack})
 }
 
 // exitVerify is `ferry session verify`'s exit code when the store is
@@ -333,10 +338,13 @@ corrupt, broken.`,
 					}
 					fmt.Fprintf(s.out, "broken snapshot %s: %s\n", b.SnapshotRef, why)
 				}
+				for _, f := range rep.PackFaults {
+					fmt.Fprintf(s.out, "damaged %s: %s\n", f.Object, f.Err)
+				}
 			}
 			if !rep.OK() {
-				fmt.Fprintf(s.err, "ferry: session store damaged: %d missing, %d corrupt chunk(s), %d broken snapshot(s)\n",
-					len(rep.Missing), len(rep.Corrupt), len(rep.Broken))
+				fmt.Fprintf(s.err, "ferry: session store damaged: %d missing, %d corrupt chunk(s), %d broken snapshot(s), %d damaged pack or index object(s)\n",
+					len(rep.Missing), len(rep.Corrupt), len(rep.Broken), len(rep.PackFaults))
 				return exitCode(exitVerify)
 			}
 			if !g.json && !g.quiet {

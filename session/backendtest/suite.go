@@ -147,6 +147,45 @@ func Run(t *testing.T, newBackend func(t *testing.T) session.Backend) {
 			}
 		}
 	})
+	t.Run("GetRange", func(t *testing.T) {
+		b := newBackend(t)
+		rg, ok := b.(session.RangeGetter)
+		if !ok {
+			t.Skip("the backend has no GetRange (optional)")
+		}
+		data := make([]byte, 1000)
+		for i := range data {
+			data[i] = byte(i * 7)
+		}
+		put(t, b, "packs/r/x", data, false)
+		for _, tc := range []struct {
+			off, n int64
+			want   []byte
+		}{
+			{0, 10, data[:10]},
+			{500, 100, data[500:600]},
+			{990, 100, data[990:]}, // cut at the end
+			{0, 1000, data},
+			{999, 1, data[999:]},
+			{7, 0, nil},
+		} {
+			r, err := rg.GetRange(ctx, "packs/r/x", tc.off, tc.n)
+			if err != nil {
+				t.Fatalf("GetRange(%d, %d): %v", tc.off, tc.n, err)
+			}
+			got, err := io.ReadAll(r)
+			r.Close()
+			if err != nil || !bytes.Equal(got, tc.want) {
+				t.Errorf("GetRange(%d, %d) = %d bytes, %v; want %d bytes", tc.off, tc.n, len(got), err, len(tc.want))
+			}
+		}
+		if _, err := rg.GetRange(ctx, "no/such", 0, 10); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("GetRange of a missing object: %v, want fs.ErrNotExist", err)
+		}
+		if _, err := rg.GetRange(ctx, "../up", 0, 10); err == nil {
+			t.Error("GetRange of a bad name succeeded")
+		}
+	})
 	t.Run("Canceled", func(t *testing.T) {
 		b := newBackend(t)
 		cctx, cancel := context.WithCancel(ctx)

@@ -70,9 +70,29 @@ type Backend struct {
 	mu      sync.Mutex
 	size    int64 // bytes cached, once counted
 	counted bool
+
+	// packs are cached packs this process has checked whole, kept open so
+	// that ranges of them are read without checking them again: a file
+	// of the cache is only ever replaced by a rename, never written in
+	// place, so an open one keeps the content that was checked. At most
+	// maxOpenPacks, the least recently used closed first.
+	fdMu  sync.Mutex
+	packs map[string]*openPack
+	clock uint64
 }
 
-var _ session.Backend = (*Backend)(nil)
+// maxOpenPacks bounds the checked packs a Backend keeps open.
+const maxOpenPacks = 64
+
+type openPack struct {
+	f    *os.File
+	used uint64
+}
+
+var (
+	_ session.Backend     = (*Backend)(nil)
+	_ session.LocalRanger = (*Backend)(nil)
+)
 
 // New returns a cache in front of cfg.Backend in cfg.Dir.
 func New(cfg Config) (*Backend, error) {
@@ -111,55 +131,137 @@ func (c *Backend) path(id session.ID) string {
 	return filepath.Join(c.dir, s[:2], s)
 }
 
-// Get implements session.Backend. A chunk object comes from the cache if
-// it is there and intact (see session.CheckChunkObject); a damaged entry
-// is removed. Otherwise it is read from the backend whole and cached,
-// intact or not: the reader checks it, and a damaged one is dropped at
-// its next read.
+// packPath is where pack id is cached: <dir>/packs/<2 hex>/<64 hex>.
+func (c *Backend) packPath(id session.ID) string {
+	s := id.String()
+	return filepath.Join(c.dir, "packs", s[:2], s)
+}
+
+// object is a cacheable object: a chunk or a pack, where it is cached,
+// the bound of what is read of it, and the check a cached copy must pass.
+type object struct {
+	path  string
+	max   int64
+	check func([]byte) error
+	pack  bool
+}
+
+// cacheable reports whether name is a chunk or a pack object, and how it
+// is cached.
+func (c *Backend) cacheable(name string) (object, bool) {
+	if id, ok := session.ChunkObjectID(name); ok {
+		return object{c.path(id), maxEntry, func(b []byte) error { return session.CheckChunkObject(id, b) }, false}, true
+	}
+	if id, ok := session.PackObjectID(name); ok {
+		return object{c.packPath(id), session.MaxPackSize, func(b []byte) error { return session.CheckPackObject(id, b) }, true}, true
+	}
+	return object{}, false
+}
+
+// Get implements session.Backend. A chunk or pack object comes from the
+// cache if it is there and intact (see session.CheckChunkObject and
+// session.CheckPackObject); a damaged entry is removed. Otherwise it is
+// read from the backend whole and cached, intact or not: the reader
+// checks it, and a damaged one is dropped at its next read.
 func (c *Backend) Get(ctx context.Context, name string) (io.ReadCloser, error) {
-	id, ok := session.ChunkObjectID(name)
+	o, ok := c.cacheable(name)
 	if !ok {
 		return c.b.Get(ctx, name)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if data, ok := c.load(id); ok {
-		return io.NopCloser(bytes.NewReader(data)), nil
+	if data, ok := c.load(o); ok {
+		return whole(data), nil
 	}
 	r, err := c.b.Get(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	data, err := io.ReadAll(io.LimitReader(r, maxEntry+1))
-	if err != nil {
+	var buf bytes.Buffer
+	if sz, ok := r.(interface{ Size() int64 }); ok && sz.Size() >= 0 && sz.Size() <= o.max {
+		// The backend announced the size (s3store does): one allocation.
+		buf.Grow(int(sz.Size()) + bytes.MinRead)
+	}
+	if _, err := buf.ReadFrom(io.LimitReader(r, o.max+1)); err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
-	if len(data) <= maxEntry {
-		c.store(id, data)
+	data := buf.Bytes()
+	if int64(len(data)) <= o.max {
+		c.store(o.path, data)
 	}
-	return io.NopCloser(bytes.NewReader(data)), nil
+	return whole(data), nil
 }
 
-// Put implements session.Backend. A chunk object written through is
-// cached once the backend has it.
+// wholeObject is an object read whole into memory. Its Bytes lets a
+// reader that wants all of it (the session store, reading a pack) take
+// the bytes without a second copy; they are the reader's, not the cache's.
+type wholeObject struct {
+	*bytes.Reader
+	data []byte
+}
+
+func whole(data []byte) wholeObject { return wholeObject{bytes.NewReader(data), data} }
+func (w wholeObject) Bytes() []byte { return w.data }
+func (w wholeObject) Close() error  { return nil }
+
+// GetRange implements session.RangeGetter. A range of a pack comes from
+// the cached pack when it is there and intact; otherwise it is read from
+// the backend, and not cached (a range is no whole object to check).
+func (c *Backend) GetRange(ctx context.Context, name string, off, length int64) (io.ReadCloser, error) {
+	if o, ok := c.cacheable(name); ok && off >= 0 && length >= 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if o.pack {
+			if f := c.openPack(o); f != nil {
+				return io.NopCloser(io.NewSectionReader(f, off, length)), nil
+			}
+		} else if data, ok := c.load(o); ok {
+			off = min(off, int64(len(data)))
+			return io.NopCloser(bytes.NewReader(data[off:min(off+length, int64(len(data)))])), nil
+		}
+	}
+	if rg, ok := c.b.(session.RangeGetter); ok {
+		return rg.GetRange(ctx, name, off, length)
+	}
+	r, err := c.b.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := io.CopyN(io.Discard, r, off); err != nil && err != io.EOF {
+		r.Close()
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(r, length), r}, nil
+}
+
+// Put implements session.Backend. A chunk or pack object written through
+// is cached once the backend has it.
 func (c *Backend) Put(ctx context.Context, name string, r io.Reader, exclusive bool) error {
-	id, ok := session.ChunkObjectID(name)
+	o, ok := c.cacheable(name)
 	if !ok || exclusive {
 		return c.b.Put(ctx, name, r, exclusive)
 	}
-	data, err := io.ReadAll(io.LimitReader(r, maxEntry+1))
-	if err != nil {
+	var buf bytes.Buffer
+	if sz, ok := r.(interface{ Size() int64 }); ok && sz.Size() >= 0 && sz.Size() <= o.max {
+		buf.Grow(int(sz.Size()) + bytes.MinRead) // a *bytes.Reader, as the store's packs come
+	}
+	if _, err := buf.ReadFrom(io.LimitReader(r, o.max+1)); err != nil {
 		return fmt.Errorf("put %s: %w", name, err)
 	}
-	if len(data) > maxEntry {
+	data := buf.Bytes()
+	if int64(len(data)) > o.max {
 		return c.b.Put(ctx, name, io.MultiReader(bytes.NewReader(data), r), false)
 	}
 	if err := c.b.Put(ctx, name, bytes.NewReader(data), false); err != nil {
 		return err
 	}
-	c.store(id, data)
+	c.store(o.path, data)
 	return nil
 }
 
@@ -180,36 +282,44 @@ func (c *Backend) Delete(ctx context.Context, name string) error {
 	if err := c.b.Delete(ctx, name); err != nil {
 		return err
 	}
-	if id, ok := session.ChunkObjectID(name); ok {
-		c.drop(c.path(id))
+	if o, ok := c.cacheable(name); ok {
+		c.drop(o.path)
 	}
 	return nil
 }
 
-// load returns chunk id's cached object if it is there and intact, and
-// renews its mtime for the LRU. A damaged entry is removed.
-func (c *Backend) load(id session.ID) ([]byte, bool) {
-	p := c.path(id)
-	f, err := os.Open(p)
+// load returns o's cached copy if it is there and intact, and renews
+// its mtime for the LRU. A damaged entry is removed.
+func (c *Backend) load(o object) ([]byte, bool) {
+	f, err := os.Open(o.path)
 	if err != nil {
 		return nil, false
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxEntry+1))
-	f.Close()
-	if err != nil || session.CheckChunkObject(id, data) != nil {
-		c.drop(p)
+	var buf bytes.Buffer
+	if fi, err := f.Stat(); err == nil && fi.Size() <= o.max {
+		buf.Grow(int(fi.Size()) + bytes.MinRead)
+	}
+	_, err = buf.ReadFrom(io.LimitReader(f, o.max+1))
+	data := buf.Bytes()
+	if err != nil || int64(len(data)) > o.max || o.check(data) != nil {
+		f.Close()
+		c.drop(o.path)
 		return nil, false
 	}
+	if o.pack {
+		c.keepOpen(o.path, f)
+	} else {
+		f.Close()
+	}
 	now := time.Now()
-	os.Chtimes(p, now, now)
+	os.Chtimes(o.path, now, now)
 	return data, true
 }
 
-// store caches data as chunk id's object: written to a temporary file
-// (0600) and renamed into place, so that a reader sees all of it or
-// nothing. Failures are ignored: the cache is an optimisation.
-func (c *Backend) store(id session.ID, data []byte) {
-	p := c.path(id)
+// store caches data at p: written to a temporary file (0600) and renamed
+// into place, so that a reader sees all of it or nothing. Failures are
+// ignored: the cache is an optimisation.
+func (c *Backend) store(p string, data []byte) {
 	if err := os.MkdirAll(filepath.Dir(p), dirMode); err != nil {
 		return
 	}
@@ -240,7 +350,105 @@ func (c *Backend) store(id session.ID, data []byte) {
 	}
 }
 
+// Local implements session.LocalRanger: whether name is a pack the cache
+// holds (checked and open, or on disk to be checked at its first range).
+func (c *Backend) Local(name string) bool {
+	o, ok := c.cacheable(name)
+	if !ok || !o.pack {
+		return false
+	}
+	c.fdMu.Lock()
+	_, open := c.packs[o.path]
+	c.fdMu.Unlock()
+	if open {
+		return true
+	}
+	_, err := os.Stat(o.path)
+	return err == nil
+}
+
+// openPack returns the cached pack o open, checked whole when it is
+// opened; nil if it is not cached or fails the check (then it is removed).
+// Checks are made one at a time: the reads of a restore that need a pack
+// wait for its one check.
+func (c *Backend) openPack(o object) *os.File {
+	c.fdMu.Lock()
+	defer c.fdMu.Unlock()
+	if op, ok := c.packs[o.path]; ok {
+		c.clock++
+		op.used = c.clock
+		return op.f
+	}
+	f, err := os.Open(o.path)
+	if err != nil {
+		return nil
+	}
+	var buf bytes.Buffer
+	if fi, err := f.Stat(); err == nil && fi.Size() <= o.max {
+		buf.Grow(int(fi.Size()) + bytes.MinRead)
+	}
+	_, err = buf.ReadFrom(io.LimitReader(f, o.max+1))
+	if err != nil || int64(buf.Len()) > o.max || o.check(buf.Bytes()) != nil {
+		f.Close()
+		c.dropLocked(o.path)
+		return nil
+	}
+	c.keepOpenLocked(o.path, f)
+	return f
+}
+
+// keepOpen records f, the open and checked cached pack at p.
+func (c *Backend) keepOpen(p string, f *os.File) {
+	c.fdMu.Lock()
+	defer c.fdMu.Unlock()
+	c.keepOpenLocked(p, f)
+}
+
+func (c *Backend) keepOpenLocked(p string, f *os.File) {
+	if old, ok := c.packs[p]; ok {
+		old.f.Close()
+	}
+	if c.packs == nil {
+		c.packs = map[string]*openPack{}
+	}
+	for len(c.packs) >= maxOpenPacks {
+		var lru string
+		for q, op := range c.packs {
+			if lru == "" || op.used < c.packs[lru].used {
+				lru = q
+			}
+		}
+		c.packs[lru].f.Close()
+		delete(c.packs, lru)
+	}
+	c.clock++
+	c.packs[p] = &openPack{f: f, used: c.clock}
+}
+
+// forgetOpen closes the open pack at p, if any: it is removed or replaced.
+// A range being read from it then fails, and the reader fetches the pack.
+func (c *Backend) forgetOpenLocked(p string) {
+	if op, ok := c.packs[p]; ok {
+		op.f.Close()
+		delete(c.packs, p)
+	}
+}
+
+// dropLocked is drop under fdMu.
+func (c *Backend) dropLocked(p string) {
+	c.forgetOpenLocked(p)
+	c.dropFile(p)
+}
+
 func (c *Backend) drop(p string) {
+	c.fdMu.Lock()
+	c.forgetOpenLocked(p)
+	c.fdMu.Unlock()
+	c.dropFile(p)
+}
+
+// dropFile removes the cached file p and counts it out.
+func (c *Backend) dropFile(p string) {
 	fi, err := os.Stat(p)
 	if err != nil || os.Remove(p) != nil {
 		return

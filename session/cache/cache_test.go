@@ -272,3 +272,94 @@ func TestOpenRefusesSharedDir(t *testing.T) {
 		t.Fatalf("New on a 0755 directory: %v", err)
 	}
 }
+
+// packGets counts the packs read from a backend.
+type packGets struct {
+	session.Backend
+	mu sync.Mutex
+	n  int
+}
+
+func (p *packGets) Get(ctx context.Context, name string) (io.ReadCloser, error) {
+	if _, ok := session.PackObjectID(name); ok {
+		p.mu.Lock()
+		p.n++
+		p.mu.Unlock()
+	}
+	return p.Backend.Get(ctx, name)
+}
+
+func (p *packGets) take() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.n
+	p.n = 0
+	return n
+}
+
+// TestPacks: a packing store's packs are cached whole when written and
+// read: the saving node restores without reading one from the store, a
+// new node reads each once, and a damaged cached pack is dropped and read
+// again, never served.
+func TestPacks(t *testing.T) {
+	ctx := context.Background()
+	remote := &packGets{Backend: local.New(afero.NewMemMapFs())}
+	open := func(dir string) *session.Store {
+		c, err := cache.New(cache.Config{Backend: remote, Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := session.New(session.Config{Backend: c, Pack: true, PackSize: 64 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	dir := filepath.Join(t.TempDir(), "cache")
+	st := open(dir)
+	src := t.TempDir()
+	transfertest.RandomTree(t, src, 5, transfertest.TreeOptions{Entries: 60, BigFiles: 1, BigFileSize: 1 << 20})
+	if _, err := st.Save(ctx, "k", session.DirSource{Dir: src}); err != nil {
+		t.Fatal(err)
+	}
+	var packs []string
+	for _, f := range cached(t, dir) {
+		if strings.Contains(f, string(filepath.Separator)+"packs"+string(filepath.Separator)) {
+			packs = append(packs, f)
+		}
+	}
+	if len(packs) < 3 {
+		t.Fatalf("%d packs cached; want the several the save wrote", len(packs))
+	}
+	restoreOK := func(st *session.Store) {
+		t.Helper()
+		dst := filepath.Join(t.TempDir(), "r")
+		if _, err := st.Restore(ctx, "k", dst, session.RestoreOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		transfertest.EqualTrees(t, src, dst)
+	}
+	restoreOK(open(dir))
+	if n := remote.take(); n != 0 {
+		t.Errorf("the saving node read %d packs from the store", n)
+	}
+	restoreOK(open(filepath.Join(t.TempDir(), "other")))
+	if n := remote.take(); n != len(packs) {
+		t.Errorf("a new node read %d packs from the store, want each of %d once", n, len(packs))
+	}
+	good, err := os.ReadFile(packs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := append([]byte{}, good...)
+	bad[len(bad)/3] ^= 0x40
+	os.WriteFile(packs[0], bad, 0o600)
+	os.WriteFile(packs[1], good[:len(good)/2], 0o600)
+	restoreOK(open(dir))
+	if n := remote.take(); n != 2 {
+		t.Errorf("with 2 damaged cached packs, %d read from the store", n)
+	}
+	if b, _ := os.ReadFile(packs[0]); string(b) != string(good) {
+		t.Error("the damaged pack was not cached again")
+	}
+}

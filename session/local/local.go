@@ -32,7 +32,10 @@ type Backend struct {
 	mu   sync.Mutex                          // exclusive Puts when link is nil
 }
 
-var _ session.Backend = (*Backend)(nil)
+var (
+	_ session.Backend     = (*Backend)(nil)
+	_ session.RangeGetter = (*Backend)(nil)
+)
 
 // New returns a Backend on fsys, with the limits of exclusive Puts that
 // the package doc describes. Tests use it with afero.NewMemMapFs().
@@ -86,6 +89,26 @@ func (b *Backend) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 		return nil, &fs.PathError{Op: "get", Path: name, Err: fs.ErrNotExist}
 	}
 	return f, nil
+}
+
+// GetRange implements session.RangeGetter.
+func (b *Backend) GetRange(ctx context.Context, name string, off, length int64) (io.ReadCloser, error) {
+	if off < 0 || length < 0 {
+		return nil, &fs.PathError{Op: "get", Path: name, Err: fs.ErrInvalid}
+	}
+	r, err := b.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	f := r.(afero.File)
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(f, length), f}, nil
 }
 
 // Put implements session.Backend.

@@ -7,6 +7,9 @@
 // (in memory, or a temporary file past 16 MiB) before anything is sent, so
 // an error from the reader stores nothing.
 //
+// [Backend.GetRange] is one GET with a Range header (RFC 9110 section
+// 14.2), for the session store's reads of a pack's trailer.
+//
 // An exclusive Put (a session commit) is a conditional create,
 // If-None-Match: * (S3 since August 2024; RFC 9110 section 13.1.2), and
 // a 412 Precondition Failed is fs.ErrExist. [New] checks whether the

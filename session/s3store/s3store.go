@@ -49,7 +49,10 @@ type Backend struct {
 	settle, ttl time.Duration
 }
 
-var _ session.Backend = (*Backend)(nil)
+var (
+	_ session.Backend     = (*Backend)(nil)
+	_ session.RangeGetter = (*Backend)(nil)
+)
 
 // New connects to the bucket of c, which must exist, and, unless
 // c.Commit is CommitLease, probes whether the server honours conditional
@@ -159,13 +162,57 @@ func (b *Backend) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 	return body, nil
 }
 
+// GetRange implements session.RangeGetter: one GET with a Range header.
+func (b *Backend) GetRange(ctx context.Context, name string, off, length int64) (io.ReadCloser, error) {
+	if err := check("get", name); err != nil {
+		return nil, err
+	}
+	if off < 0 || length < 0 {
+		return nil, &fs.PathError{Op: "get", Path: name, Err: fs.ErrInvalid}
+	}
+	if length == 0 {
+		// A Range of no bytes cannot be written; the object must exist.
+		if _, err := b.Stat(ctx, name); err != nil {
+			return nil, err
+		}
+		return io.NopCloser(bytes.NewReader(nil)), nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	opts := minio.GetObjectOptions{}
+	if err := opts.SetRange(off, off+length-1); err != nil {
+		return nil, pathError("get", name, err)
+	}
+	body, _, _, err := minio.Core{Client: b.client}.GetObject(ctx, b.bucket, b.key(name), opts)
+	if err != nil {
+		return nil, pathError("get", name, err)
+	}
+	return body, nil
+}
+
 // getObject opens key in one GET, which reports a missing object now, not
 // at the first Read (minio-go's Client.GetObject takes two requests for
 // that). The body reads fail once ctx is done.
 func (b *Backend) getObject(ctx context.Context, key string) (io.ReadCloser, error) {
-	body, _, _, err := minio.Core{Client: b.client}.GetObject(ctx, b.bucket, key, minio.GetObjectOptions{})
-	return body, err
+	body, oi, _, err := minio.Core{Client: b.client}.GetObject(ctx, b.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return sizedBody{body, oi.Size}, nil
 }
+
+// sizedBody is a GET's body with its Content-Length, so that a reader of
+// a whole pack allocates its buffer once (a growing buffer ends up to
+// twice the pack's size).
+type sizedBody struct {
+	io.ReadCloser
+	size int64
+}
+
+// Size is the object's size as the server announced it; a reader must
+// still not trust it beyond its own bound.
+func (s sizedBody) Size() int64 { return s.size }
 
 // Put implements session.Backend.
 func (b *Backend) Put(ctx context.Context, name string, r io.Reader, exclusive bool) error {
@@ -220,6 +267,12 @@ func (b *Backend) putObject(ctx context.Context, key string, body io.Reader, siz
 // temporary file past that, so that a failing reader sends nothing and
 // the body can be resent. done releases the body.
 func spool(ctx context.Context, r io.Reader) (body io.ReadSeeker, size int64, done func(), err error) {
+	if br, ok := r.(*bytes.Reader); ok && br.Size() <= maxSize {
+		// Already in memory, and resendable: a pack of several MiB is
+		// not copied a second time.
+		start := br.Size() - int64(br.Len())
+		return io.NewSectionReader(br, start, br.Size()-start), br.Size() - start, func() {}, nil
+	}
 	r = ctxReader{ctx, r}
 	var buf bytes.Buffer
 	n, err := io.Copy(&buf, io.LimitReader(r, memMax+1))

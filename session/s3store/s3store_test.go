@@ -136,8 +136,14 @@ func TestConditionalRace(t *testing.T) {
 
 func TestStoreRoundTrip(t *testing.T) {
 	srv := s3test.Start(t)
+	for _, pack := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pack=%v", pack), func(t *testing.T) { testStoreRoundTrip(t, srv, pack) })
+	}
+}
+
+func testStoreRoundTrip(t *testing.T, srv *s3test.Server, pack bool) {
 	ctx := context.Background()
-	s, err := session.New(session.Config{Backend: open(t, srv)})
+	s, err := session.New(session.Config{Backend: open(t, srv), Pack: pack})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +170,9 @@ func TestStoreRoundTrip(t *testing.T) {
 	}
 	if m2.Seq != 2 || m2.NewBytes >= m.Bytes/10 {
 		t.Errorf("second save: seq %d, %d new bytes of %d", m2.Seq, m2.NewBytes, m2.Bytes)
+	}
+	if rep, err := s.Verify(ctx, ""); err != nil || !rep.OK() || (pack && rep.Packs == 0) {
+		t.Errorf("verify: %+v, %v", rep, err)
 	}
 }
 
