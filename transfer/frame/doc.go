@@ -70,9 +70,10 @@
 // saving is worth its time; S2, several times faster at somewhat less
 // compression, on a fast one (loopback and LANs, where the relay's and the
 // receiver's CPU is the limit, and S2 costs less than relaying the bytes
-// it saves). The codec it does not pick is probed every 64th block to keep
-// its measure current. The first 16 blocks (4 MiB by default) are
-// compressed whatever the link, zstd and S2 in turn, before the link can be
+// it saves). The codec it does not pick is probed on the 64th block to
+// keep its measure current, then at gaps that double (to 512 blocks)
+// while the pick holds. The first 4 MiB (4 to 16 blocks) are compressed
+// whatever the link, zstd and S2 in turn, before the link can be
 // measured, so small streams always are. A compressed block is sent only
 // if it is at most 97% of the plaintext: compressibility is measured on
 // every block tried, not guessed from file names. After 4 blocks in a row

@@ -29,10 +29,14 @@ const (
 	// Auto mode's skip heuristic (see Auto).
 	skipAfter = 4
 	skipEvery = 16
-	// Auto tries every block of the first warmupBlocks (a small stream,
-	// or the start of one, before the link can be measured), then only
-	// blocks the link is waiting for.
+	// Auto tries every block of its warmup (a small stream, or the start
+	// of one, before the link can be measured), then only blocks the
+	// link is waiting for. The warmup is warmupBytes of plaintext, in
+	// minWarmup to warmupBlocks blocks: half of them go to zstd, which
+	// at 1 MiB blocks and 16 would cost 8 MiB at zstd's pace.
 	warmupBlocks = 16
+	minWarmup    = 4
+	warmupBytes  = 4 << 20
 	// Auto tries the codec it does not use on the probeEvery-th block,
 	// to keep its measure current: rarely, since on a fast link that
 	// codec is zstd, several times S2's cost (at 16, probes took a tenth

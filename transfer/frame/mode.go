@@ -8,8 +8,9 @@ type Mode int
 const (
 	// Auto compresses each block with zstd or S2, whichever the Writer
 	// measures to make the stream go fastest: zstd where the link is
-	// slow, S2 where it is fast (see the package documentation). The first warmupBlocks blocks are compressed
-	// regardless, zstd and S2 in turn. The encoded block must be at most
+	// slow, S2 where it is fast (see the package documentation). The
+	// first 4 MiB of blocks are compressed regardless, zstd and S2 in
+	// turn. The encoded block must be at most
 	// 97% of the plaintext, else the block is sent raw. After skipAfter
 	// consecutive blocks that did not pay, only every skipEvery-th block
 	// is tried, so incompressible data (media, archives, random bytes)

@@ -535,7 +535,7 @@ func (w *Writer) try() byte {
 		return typeS2
 	}
 	var c byte
-	if w.cut < warmupBlocks {
+	if w.cut < w.warmup() {
 		// Both codecs in turn, so that both are measured by the end.
 		c = typeZstd
 		if w.cut%2 == 1 {
@@ -562,6 +562,11 @@ func (w *Writer) try() byte {
 	}
 	w.skipped = 0
 	return c
+}
+
+// warmup is how many blocks Auto's warmup takes (see warmupBytes).
+func (w *Writer) warmup() int {
+	return min(max(warmupBytes/w.opts.BlockSize, minWarmup), warmupBlocks)
 }
 
 // otherCodec is the codec Auto probes while it uses c.
