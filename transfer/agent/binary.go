@@ -14,8 +14,19 @@ type Binary struct {
 	// Digest is the SHA-256 of the binary itself (not of Zstd): the name
 	// of its cached copy in a sandbox, and what its hello must say.
 	Digest [sha256.Size]byte
-	// Zstd is the binary, compressed with zstd.
+	// Zstd is the binary, compressed with zstd; nil when Load gives it.
 	Zstd []byte
+	// Load, when Zstd is nil, reads it: only an install needs the
+	// megabytes, and most transfers find the agent installed.
+	Load func() ([]byte, error)
+}
+
+// zstd returns the compressed binary.
+func (b Binary) zstd() ([]byte, error) {
+	if b.Zstd != nil || b.Load == nil {
+		return b.Zstd, nil
+	}
+	return b.Load()
 }
 
 // key names the cached copy: enough of the digest that two builds never

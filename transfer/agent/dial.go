@@ -272,12 +272,16 @@ func serve(ctx context.Context, cfg DialConfig, probeOnly bool) (*Client, probeR
 // install streams the agent build into the sandbox's cache, encoded for
 // what the sandbox can decode.
 func install(ctx context.Context, cfg DialConfig, pr probeResult, bin Binary) (int64, error) {
+	z, err := bin.zstd()
+	if err != nil {
+		return 0, fmt.Errorf("agent build %s: %w", bin.Arch, err)
+	}
 	var payload []byte
 	switch pr.decoder {
 	case "zstd":
-		payload = bin.Zstd
+		payload = z
 	default:
-		raw, err := decodeZstd(bin.Zstd)
+		raw, err := decodeZstd(z)
 		if err != nil {
 			return 0, fmt.Errorf("agent build %s: %w", bin.Arch, err)
 		}

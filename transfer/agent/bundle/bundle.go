@@ -42,10 +42,6 @@ func load(fsys fs.FS) (agent.Bundle, error) {
 	}
 	for _, n := range names {
 		arch := strings.TrimSuffix(strings.TrimPrefix(n, "blobs/ferry-agent-linux-"), ".zst")
-		z, err := fs.ReadFile(fsys, n)
-		if err != nil {
-			return nil, fmt.Errorf("read embedded agent %s: %w", n, err)
-		}
 		sum, err := fs.ReadFile(fsys, strings.TrimSuffix(n, ".zst")+".sha256")
 		if err != nil {
 			return nil, fmt.Errorf("read embedded agent digest for %s: %w", arch, err)
@@ -54,7 +50,16 @@ func load(fsys fs.FS) (agent.Bundle, error) {
 		if err != nil {
 			return nil, fmt.Errorf("embedded agent %s: %w", arch, err)
 		}
-		b[arch] = agent.Binary{Arch: arch, Digest: d, Zstd: z}
+		// The build itself is read only for an install: reading an
+		// embedded file copies it, megabytes at every start.
+		load := func() ([]byte, error) {
+			z, err := fs.ReadFile(fsys, n)
+			if err != nil {
+				return nil, fmt.Errorf("read embedded agent %s: %w", n, err)
+			}
+			return z, nil
+		}
+		b[arch] = agent.Binary{Arch: arch, Digest: d, Load: load}
 	}
 	return b, nil
 }
