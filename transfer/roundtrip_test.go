@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/frame"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
@@ -107,5 +109,42 @@ func TestRoundTripPlaceIntoSameTree(t *testing.T) {
 			t.Fatalf("Extract: %v", err)
 		}
 		transfertest.EqualTrees(t, src, dest)
+	}
+}
+
+// TestRoundTripLentBuffer: into a frame.Writer, which lends its block
+// buffer, the archive is byte for byte the one a plain writer gets, and
+// the digests are the same.
+func TestRoundTripLentBuffer(t *testing.T) {
+	src := t.TempDir()
+	transfertest.RandomTree(t, src, 3, transfertest.TreeOptions{BigFiles: 2, BigFileSize: 3<<20 + 77})
+	plain := transfer.NewWriter(io.Discard)
+	plain.HashFiles()
+	want, _ := archive(t, src)
+
+	var framed bytes.Buffer
+	fw := frame.NewWriter(&framed, frame.WriterOptions{Compress: frame.S2, BlockSize: 64 << 10})
+	w := transfer.NewWriter(fw)
+	w.HashFiles()
+	for _, tw := range []*transfer.Writer{plain, w} {
+		if err := tw.Add(context.Background(), src, "."); err != nil {
+			t.Fatal(err)
+		}
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(frame.NewReader(&framed, frame.ReaderOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("archive through the lent buffer differs: %d bytes, want %d", len(got), len(want))
+	}
+	if !slices.Equal(w.Digests(), plain.Digests()) {
+		t.Fatal("digests differ")
 	}
 }

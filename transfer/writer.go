@@ -35,6 +35,15 @@ type Writer struct {
 
 	hash    *fileHash // set by HashFiles
 	digests []FileDigest
+	lend    lender // the archive's destination, when it lends its buffer
+}
+
+// lender is an archive destination that lends the free part of its own
+// buffer (frame.Writer.Buffer): file data read straight into it and
+// written back through the tar writer, which passes the slice on as it
+// is, is not copied a second time.
+type lender interface {
+	Buffer() []byte
 }
 
 var errClosed = errors.New("transfer: writer closed")
@@ -42,7 +51,8 @@ var errClosed = errors.New("transfer: writer closed")
 // NewWriter returns a Writer that writes the archive to w. Close writes the
 // end of the archive; it does not close w.
 func NewWriter(w io.Writer) *Writer {
-	return &Writer{tw: tar.NewWriter(w)}
+	lend, _ := w.(lender)
+	return &Writer{tw: tar.NewWriter(w), lend: lend}
 }
 
 // Add writes the tree at the local path src under the archive name name,
@@ -379,15 +389,23 @@ func (w *Writer) WriteEntry(ctx context.Context, h Header, r io.Reader) error {
 // copyData writes the hdr.Size bytes of a regular file's content from r,
 // counting and (after HashFiles) hashing them.
 func (w *Writer) copyData(hdr *tar.Header, r io.Reader) error {
-	if w.buf == nil {
-		w.buf = make([]byte, 256<<10)
-	}
-	var dst io.Writer = onlyWriter{w.tw}
 	if w.hash != nil {
 		w.hash.Reset()
-		dst = io.MultiWriter(w.tw, w.hash)
 	}
-	n, err := io.CopyBuffer(dst, onlyReader{io.LimitReader(r, hdr.Size)}, w.buf)
+	var n int64
+	var err error
+	if w.lend != nil {
+		n, err = w.copyLent(hdr.Size, r)
+	} else {
+		if w.buf == nil {
+			w.buf = make([]byte, 256<<10)
+		}
+		var dst io.Writer = onlyWriter{w.tw}
+		if w.hash != nil {
+			dst = io.MultiWriter(w.tw, w.hash)
+		}
+		n, err = io.CopyBuffer(dst, onlyReader{io.LimitReader(r, hdr.Size)}, w.buf)
+	}
 	w.stats.Bytes += n
 	if err != nil {
 		return err
@@ -402,6 +420,35 @@ func (w *Writer) copyData(hdr *tar.Header, r io.Reader) error {
 		w.digests = append(w.digests, d)
 	}
 	return nil
+}
+
+// copyLent is copyData's loop reading into the destination's own buffer
+// (see lender): up to size bytes of r, hashed and written.
+func (w *Writer) copyLent(size int64, r io.Reader) (int64, error) {
+	var n int64
+	for n < size {
+		buf := w.lend.Buffer()
+		if int64(len(buf)) > size-n {
+			buf = buf[:size-n]
+		}
+		k, err := r.Read(buf)
+		if k > 0 {
+			if w.hash != nil {
+				w.hash.Write(buf[:k])
+			}
+			if _, werr := w.tw.Write(buf[:k]); werr != nil {
+				return n, werr
+			}
+			n += int64(k)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // GoMode is the inverse of ModeBits.

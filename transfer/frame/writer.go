@@ -166,6 +166,16 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if w.buf == nil {
 		w.buf = make([]byte, 0, w.opts.BlockSize)
 	}
+	if len(p) > 0 && len(p) <= cap(w.buf)-len(w.buf) && &p[0] == &w.buf[:cap(w.buf)][len(w.buf)] {
+		// Data read into Buffer's slice: it is in place already.
+		w.buf = w.buf[:len(w.buf)+len(p)]
+		if len(w.buf) == cap(w.buf) {
+			if err := w.block(w.buf, true); err != nil {
+				return 0, err
+			}
+		}
+		return len(p), nil
+	}
 	n := 0
 	for len(p) > 0 {
 		if len(w.buf) == 0 && len(p) >= w.opts.BlockSize {
@@ -188,6 +198,18 @@ func (w *Writer) Write(p []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// Buffer returns the unused part of the block being filled, never empty,
+// for a caller that reads data straight into it: a Write of that slice,
+// or of a prefix of it, takes the bytes where they are instead of
+// copying them. The slice is the Writer's again at the next Write or
+// Close; anything written in it but not passed to Write is overwritten.
+func (w *Writer) Buffer() []byte {
+	if w.buf == nil {
+		w.buf = make([]byte, 0, w.opts.BlockSize)
+	}
+	return w.buf[len(w.buf):cap(w.buf)]
 }
 
 // Close frames any pending plaintext, waits for every block to be
