@@ -298,14 +298,21 @@ one array of objects.`,
 }
 
 func newSessionVerifyCmd(g *globals, s streams) *cobra.Command {
-	return &cobra.Command{
-		Use:   "verify [KEY]",
+	var repair bool
+	cmd := &cobra.Command{
+		Use:   "verify [KEY] [--repair-index]",
 		Short: "Re-read every chunk and report missing or corrupt ones",
 		Long: `Read every snapshot of KEY (of every key, and then every chunk no snapshot
 references, without KEY) and re-hash every chunk. Missing and corrupt
 chunks are reported with the snapshots they break, and ferry exits 1.
 With --json, the report is one object: snapshots, chunks, missing,
-corrupt, broken.`,
+corrupt, broken, packs, pack_faults.
+
+An S3 store keeps chunks in packs, each with an index object saying where
+its chunks are. --repair-index first rewrites, from the pack's own
+trailer, every index object that is missing, unreadable or wrong (each
+pack is read whole and checked against its name; a damaged pack is left
+for verify to report), and names each one it rewrote on stderr.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := optionalKey(args)
@@ -315,6 +322,15 @@ corrupt, broken.`,
 			st, err := g.openStoreUncached(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if repair {
+				fixed, err := st.RepairIndexes(cmd.Context())
+				if err != nil {
+					return err
+				}
+				for _, name := range fixed {
+					fmt.Fprintf(s.err, "rewrote %s\n", name)
+				}
 			}
 			rep, err := st.Verify(cmd.Context(), key)
 			if err != nil {
@@ -353,6 +369,8 @@ corrupt, broken.`,
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&repair, "repair-index", false, "first rewrite missing or wrong pack index objects from the packs' own trailers")
+	return cmd
 }
 
 func newSessionPruneCmd(g *globals, s streams) *cobra.Command {

@@ -167,5 +167,25 @@ func TestSessionS3CLI(t *testing.T) {
 	if r := runFerry(t, nil, append(store, "session", "verify")...); r.code != 0 {
 		t.Fatalf("verify: exit %d: %s %s", r.code, r.stdout, r.stderr)
 	}
+
+	// A lost index object: verify names its pack, --repair-index rewrites
+	// it from the pack's trailer, and the store verifies clean again.
+	index := s3.Keys(t, s3.Bucket, "ferry/index/")
+	if len(index) == 0 {
+		t.Fatal("the S3 store holds no index objects: not packed")
+	}
+	s3.Remove(t, s3.Bucket, index[0])
+	name := strings.TrimPrefix(index[0], "ferry/")
+	r = runFerry(t, nil, append(store, "session", "verify")...)
+	if r.code != 1 || !strings.Contains(r.stdout, "damaged") {
+		t.Fatalf("verify without an index object: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = runFerry(t, nil, append(store, "session", "verify", "--repair-index")...)
+	if r.code != 0 || !strings.Contains(r.stderr, "rewrote "+name) {
+		t.Fatalf("verify --repair-index: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runFerry(t, nil, append(store, "session", "verify")...); r.code != 0 {
+		t.Fatalf("verify after the repair: exit %d: %s %s", r.code, r.stdout, r.stderr)
+	}
 	wantUsage(t, runFerry(t, nil, "--store", "ftp://x/y", "session", "list"), "s3://BUCKET/PREFIX")
 }

@@ -77,6 +77,32 @@ func (s *Server) NewBucket(t testing.TB) string {
 	return name
 }
 
+// Keys lists the keys under prefix in bucket, as a test damaging a store
+// finds its objects.
+func (s *Server) Keys(t testing.TB, bucket, prefix string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var keys []string
+	for o := range s.client.ListObjects(ctx, bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if o.Err != nil {
+			t.Fatalf("list %s/%s: %v", bucket, prefix, o.Err)
+		}
+		keys = append(keys, o.Key)
+	}
+	return keys
+}
+
+// Remove deletes key from bucket.
+func (s *Server) Remove(t testing.TB, bucket, key string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.client.RemoveObject(ctx, bucket, key, minio.RemoveObjectOptions{}); err != nil {
+		t.Fatalf("remove %s/%s: %v", bucket, key, err)
+	}
+}
+
 // run starts versitygw on a free loopback port and waits until it answers.
 func (s *Server) run(t testing.TB, bin, root, meta, logPath string) error {
 	port, err := freePort()
