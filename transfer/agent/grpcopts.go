@@ -2,13 +2,13 @@ package agent
 
 import (
 	"math"
-	"math/bits"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/mem"
+
+	"github.com/ferry-dev/ferry/relay/grpcbuf"
 )
 
 // Flow control. gRPC's default windows (64 KiB, grown by BDP estimation)
@@ -61,56 +61,10 @@ func dialOptions() []grpc.DialOption {
 }
 
 // buffers is the gRPC buffer pool of both ends, and of their codec (see
-// codec). gRPC's default pool
-// zeroes every buffer it hands out, and its tiers jump from 32 KiB to
-// 1 MiB, so each 256 KiB data message cost a 1 MiB clear: a tenth of
-// the agent's CPU. This one has a tier per power of two and does not
-// zero: gRPC fills every byte of a buffer it reads into, and the bytes
-// are this process's own.
-var buffers mem.BufferPool = &tieredPool{}
-
-const (
-	minPoolShift = 8  // 256 bytes
-	maxPoolShift = 22 // 4 MiB; bigger buffers are not pooled
-)
-
-type tieredPool struct {
-	tiers [maxPoolShift + 1]sync.Pool
-}
-
-// shift is the tier of a buffer of n bytes: the smallest power of two
-// holding n.
-func shift(n int) int {
-	if n <= 1<<minPoolShift {
-		return minPoolShift
-	}
-	return bits.Len(uint(n - 1))
-}
-
-func (p *tieredPool) Get(n int) *[]byte {
-	s := shift(n)
-	if s > maxPoolShift {
-		b := make([]byte, n)
-		return &b
-	}
-	if b, ok := p.tiers[s].Get().(*[]byte); ok {
-		*b = (*b)[:n]
-		return b
-	}
-	b := make([]byte, n, 1<<s)
-	return &b
-}
-
-func (p *tieredPool) Put(b *[]byte) {
-	c := cap(*b)
-	if c < 1<<minPoolShift || c&(c-1) != 0 {
-		return
-	}
-	if s := bits.Len(uint(c)) - 1; s <= maxPoolShift {
-		*b = (*b)[:0]
-		p.tiers[s].Put(b)
-	}
-}
+// codec): grpcbuf's, which does not zero what it hands out. gRPC's
+// default pool clears every buffer and rounds a 256 KiB message up to a
+// 1 MiB one: a tenth of the agent's CPU.
+var buffers mem.BufferPool = &grpcbuf.Pool{}
 
 // wireCost is what Auto compression (frame.WriterOptions.WireCost) counts
 // a MiB on the exec channel to cost at least. Every byte crosses the
