@@ -20,27 +20,43 @@ import (
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
-// counting is a Backend that counts the chunk objects read from it.
+// counting is a Backend that counts the chunk objects and the packs read
+// from it.
 type counting struct {
 	session.Backend
-	mu   sync.Mutex
-	gets int
+	mu          sync.Mutex
+	gets, packs int
 }
 
 func (c *counting) Get(ctx context.Context, name string) (io.ReadCloser, error) {
-	if _, ok := session.ChunkObjectID(name); ok {
-		c.mu.Lock()
+	_, chunk := session.ChunkObjectID(name)
+	_, pack := session.PackObjectID(name)
+	c.mu.Lock()
+	if chunk {
 		c.gets++
-		c.mu.Unlock()
 	}
+	if pack {
+		c.packs++
+	}
+	c.mu.Unlock()
 	return c.Backend.Get(ctx, name)
 }
 
+// chunkGets returns the chunk objects read since the last call.
 func (c *counting) chunkGets() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.gets
 	c.gets = 0
+	return n
+}
+
+// packGets returns the packs read since the last call.
+func (c *counting) packGets() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.packs
+	c.packs = 0
 	return n
 }
 
@@ -273,37 +289,13 @@ func TestOpenRefusesSharedDir(t *testing.T) {
 	}
 }
 
-// packGets counts the packs read from a backend.
-type packGets struct {
-	session.Backend
-	mu sync.Mutex
-	n  int
-}
-
-func (p *packGets) Get(ctx context.Context, name string) (io.ReadCloser, error) {
-	if _, ok := session.PackObjectID(name); ok {
-		p.mu.Lock()
-		p.n++
-		p.mu.Unlock()
-	}
-	return p.Backend.Get(ctx, name)
-}
-
-func (p *packGets) take() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := p.n
-	p.n = 0
-	return n
-}
-
 // TestPacks: a packing store's packs are cached whole when written and
 // read: the saving node restores without reading one from the store, a
 // new node reads each once, and a damaged cached pack is dropped and read
 // again, never served.
 func TestPacks(t *testing.T) {
 	ctx := context.Background()
-	remote := &packGets{Backend: local.New(afero.NewMemMapFs())}
+	remote := &counting{Backend: local.New(afero.NewMemMapFs())}
 	open := func(dir string) *session.Store {
 		c, err := cache.New(cache.Config{Backend: remote, Dir: dir})
 		if err != nil {
@@ -340,11 +332,11 @@ func TestPacks(t *testing.T) {
 		transfertest.EqualTrees(t, src, dst)
 	}
 	restoreOK(open(dir))
-	if n := remote.take(); n != 0 {
+	if n := remote.packGets(); n != 0 {
 		t.Errorf("the saving node read %d packs from the store", n)
 	}
 	restoreOK(open(filepath.Join(t.TempDir(), "other")))
-	if n := remote.take(); n != len(packs) {
+	if n := remote.packGets(); n != len(packs) {
 		t.Errorf("a new node read %d packs from the store, want each of %d once", n, len(packs))
 	}
 	good, err := os.ReadFile(packs[0])
@@ -356,7 +348,7 @@ func TestPacks(t *testing.T) {
 	os.WriteFile(packs[0], bad, 0o600)
 	os.WriteFile(packs[1], good[:len(good)/2], 0o600)
 	restoreOK(open(dir))
-	if n := remote.take(); n != 2 {
+	if n := remote.packGets(); n != 2 {
 		t.Errorf("with 2 damaged cached packs, %d read from the store", n)
 	}
 	if b, _ := os.ReadFile(packs[0]); string(b) != string(good) {
