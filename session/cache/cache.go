@@ -179,15 +179,10 @@ func (c *Backend) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 		return nil, err
 	}
 	defer r.Close()
-	var buf bytes.Buffer
-	if sz, ok := r.(interface{ Size() int64 }); ok && sz.Size() >= 0 && sz.Size() <= o.max {
-		// The backend announced the size (s3store does): one allocation.
-		buf.Grow(int(sz.Size()) + bytes.MinRead)
-	}
-	if _, err := buf.ReadFrom(io.LimitReader(r, o.max+1)); err != nil {
+	data, err := readBounded(r, announced(r), o.max)
+	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
-	data := buf.Bytes()
 	if int64(len(data)) <= o.max {
 		c.store(o.path, data)
 	}
@@ -247,14 +242,10 @@ func (c *Backend) Put(ctx context.Context, name string, r io.Reader, exclusive b
 	if !ok || exclusive {
 		return c.b.Put(ctx, name, r, exclusive)
 	}
-	var buf bytes.Buffer
-	if sz, ok := r.(interface{ Size() int64 }); ok && sz.Size() >= 0 && sz.Size() <= o.max {
-		buf.Grow(int(sz.Size()) + bytes.MinRead) // a *bytes.Reader, as the store's packs come
-	}
-	if _, err := buf.ReadFrom(io.LimitReader(r, o.max+1)); err != nil {
+	data, err := readBounded(r, announced(r), o.max) // a *bytes.Reader, as the store's packs come
+	if err != nil {
 		return fmt.Errorf("put %s: %w", name, err)
 	}
-	data := buf.Bytes()
 	if int64(len(data)) > o.max {
 		return c.b.Put(ctx, name, io.MultiReader(bytes.NewReader(data), r), false)
 	}
@@ -291,19 +282,8 @@ func (c *Backend) Delete(ctx context.Context, name string) error {
 // load returns o's cached copy if it is there and intact, and renews
 // its mtime for the LRU. A damaged entry is removed.
 func (c *Backend) load(o object) ([]byte, bool) {
-	f, err := os.Open(o.path)
-	if err != nil {
-		return nil, false
-	}
-	var buf bytes.Buffer
-	if fi, err := f.Stat(); err == nil && fi.Size() <= o.max {
-		buf.Grow(int(fi.Size()) + bytes.MinRead)
-	}
-	_, err = buf.ReadFrom(io.LimitReader(f, o.max+1))
-	data := buf.Bytes()
-	if err != nil || int64(len(data)) > o.max || o.check(data) != nil {
-		f.Close()
-		c.drop(o.path)
+	f, data, ok := c.readChecked(o, c.drop)
+	if !ok {
 		return nil, false
 	}
 	if o.pack {
@@ -379,22 +359,55 @@ func (c *Backend) openPack(o object) *os.File {
 		op.used = c.clock
 		return op.f
 	}
-	f, err := os.Open(o.path)
-	if err != nil {
-		return nil
-	}
-	var buf bytes.Buffer
-	if fi, err := f.Stat(); err == nil && fi.Size() <= o.max {
-		buf.Grow(int(fi.Size()) + bytes.MinRead)
-	}
-	_, err = buf.ReadFrom(io.LimitReader(f, o.max+1))
-	if err != nil || int64(buf.Len()) > o.max || o.check(buf.Bytes()) != nil {
-		f.Close()
-		c.dropLocked(o.path)
+	f, _, ok := c.readChecked(o, c.dropLocked)
+	if !ok {
 		return nil
 	}
 	c.keepOpenLocked(o.path, f)
 	return f
+}
+
+// readChecked opens the cached copy of o and reads it whole. A copy that
+// cannot be read or fails o's check is removed with drop (drop or
+// dropLocked, as the caller holds fdMu); ok is false then, and when
+// there is no copy. The file is left open for the caller.
+func (c *Backend) readChecked(o object, drop func(string)) (f *os.File, data []byte, ok bool) {
+	f, err := os.Open(o.path)
+	if err != nil {
+		return nil, nil, false
+	}
+	size := int64(-1)
+	if fi, err := f.Stat(); err == nil {
+		size = fi.Size()
+	}
+	data, err = readBounded(f, size, o.max)
+	if err != nil || int64(len(data)) > o.max || o.check(data) != nil {
+		f.Close()
+		drop(o.path)
+		return nil, nil, false
+	}
+	return f, data, true
+}
+
+// readBounded reads r to its end, or to max+1 bytes (the caller checks
+// for more than max), in one allocation when size, the length r said it
+// has (-1: unknown), is within max.
+func readBounded(r io.Reader, size, max int64) ([]byte, error) {
+	var buf bytes.Buffer
+	if size >= 0 && size <= max {
+		buf.Grow(int(size) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(io.LimitReader(r, max+1))
+	return buf.Bytes(), err
+}
+
+// announced is the size r says it has (a *bytes.Reader, s3store's
+// bodies), or -1.
+func announced(r io.Reader) int64 {
+	if sz, ok := r.(interface{ Size() int64 }); ok {
+		return sz.Size()
+	}
+	return -1
 }
 
 // keepOpen records f, the open and checked cached pack at p.
