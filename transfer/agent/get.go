@@ -66,39 +66,30 @@ func (s *server) get(req *agentv1.GetRequest, stream agentv1.Agent_GetServer) er
 			return err
 		}
 	}
-	cw := &chunkWriter{send: func(b []byte) error {
+	t := newTreeWriter(func(b []byte) error {
 		return stream.Send(&agentv1.GetResponse{Msg: &agentv1.GetResponse_Data{Data: b}})
-	}}
-	fw := frame.NewWriter(cw, frame.WriterOptions{Compress: mode, BlockSize: frameBlock, NoDigest: true, WireCost: wireCost})
-	tw := transfer.NewWriter(fw)
-	tw.HashFiles()
+	}, mode, 0)
 	var err error
 	for _, n := range names {
 		if n == "." {
-			err = tw.AddRoot(ctx, dir)
+			err = t.tw.AddRoot(ctx, dir)
 		} else {
-			err = tw.Add(ctx, filepath.Join(dir, filepath.FromSlash(n)), n)
+			err = t.tw.Add(ctx, filepath.Join(dir, filepath.FromSlash(n)), n)
 		}
 		if err != nil {
 			break
 		}
 	}
 	if err == nil {
-		err = tw.Close()
-	}
-	if err == nil {
-		err = fw.Close()
-	}
-	if err == nil {
-		err = cw.Flush()
+		err = t.finish()
 	}
 	if err != nil {
-		if cerr := ctx.Err(); cw.failed && cerr != nil {
+		if cerr := ctx.Err(); t.cw.failed && cerr != nil {
 			return cerr // the host went away; nobody reads a status
 		}
 		return err
 	}
-	return stream.Send(&agentv1.GetResponse{Msg: &agentv1.GetResponse_Trailer{Trailer: trailerOf(tw)}})
+	return stream.Send(&agentv1.GetResponse{Msg: &agentv1.GetResponse_Trailer{Trailer: trailerOf(t.tw)}})
 }
 
 // GetSpec is what Get takes from the sandbox and where it lands.

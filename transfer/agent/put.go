@@ -165,23 +165,14 @@ func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *transfer.Wr
 	if err := stream.Send(&agentv1.PutRequest{Msg: &agentv1.PutRequest_Header{Header: hdr}}); err != nil {
 		return Result{}, ended()
 	}
-	cw := &chunkWriter{send: func(b []byte) error {
+	t := newTreeWriter(func(b []byte) error {
 		return stream.Send(&agentv1.PutRequest{Msg: &agentv1.PutRequest_Data{Data: b}})
-	}}
-	fw := frame.NewWriter(cw, frame.WriterOptions{Compress: spec.Compress, BlockSize: frameBlock, MaxRatio: frameRatio(spec.Limits), NoDigest: true, WireCost: wireCost})
-	tw := transfer.NewWriter(fw)
-	tw.HashFiles()
-	err = fill(tw)
+	}, spec.Compress, frameRatio(spec.Limits))
+	err = fill(t.tw)
 	if err == nil {
-		err = tw.Close()
+		err = t.finish()
 	}
-	if err == nil {
-		err = fw.Close()
-	}
-	if err == nil {
-		err = cw.Flush()
-	}
-	if cw.failed {
+	if t.cw.failed {
 		return Result{}, ended()
 	}
 	if err != nil {
@@ -191,12 +182,11 @@ func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *transfer.Wr
 		// its staging before it answers. The frame writer is closed
 		// first so that none of its goroutines sends after the
 		// half-close.
-		fw.Close()
-		cw.Flush()
+		t.fw.Close()
 		abandon(func() { stream.CloseAndRecv() }, cancel)
 		return Result{}, fmt.Errorf("%s: %w", op, err)
 	}
-	trailer := trailerOf(tw)
+	trailer := trailerOf(t.tw)
 	if err := stream.Send(&agentv1.PutRequest{Msg: &agentv1.PutRequest_Trailer{Trailer: trailer}}); err != nil {
 		return Result{}, ended()
 	}
@@ -204,7 +194,7 @@ func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *transfer.Wr
 	if err != nil {
 		return Result{}, c.callErr(op, err)
 	}
-	res := Result{Stats: tw.Stats(), WireBytes: cw.wire, Entries: trailer.GetEntries()}
+	res := Result{Stats: t.tw.Stats(), WireBytes: t.cw.wire, Entries: trailer.GetEntries()}
 	// The agent checked the trailer; a count it reports otherwise is an
 	// agent that placed something else.
 	if as := resp.GetStats(); as.GetFiles() != res.Files || as.GetDirs() != res.Dirs || as.GetSymlinks() != res.Symlinks || as.GetBytes() != res.Bytes {

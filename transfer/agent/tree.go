@@ -75,6 +75,35 @@ func memberName(op, n string) (string, error) {
 	return c, nil
 }
 
+// treeWriter is the sending side of a tree stream, Put's and Get's: a
+// tar archive with per-file digests, framed and compressed, cut into data
+// messages by send.
+type treeWriter struct {
+	cw *chunkWriter
+	fw *frame.Writer
+	tw *transfer.Writer
+}
+
+// newTreeWriter starts a tree stream; maxRatio 0 is the frame default.
+func newTreeWriter(send func([]byte) error, mode frame.Mode, maxRatio int) *treeWriter {
+	cw := &chunkWriter{send: send}
+	fw := frame.NewWriter(cw, frame.WriterOptions{Compress: mode, BlockSize: frameBlock, MaxRatio: maxRatio, NoDigest: true, WireCost: wireCost})
+	tw := transfer.NewWriter(fw)
+	tw.HashFiles()
+	return &treeWriter{cw: cw, fw: fw, tw: tw}
+}
+
+// finish ends the archive and its framing and sends what is buffered.
+func (t *treeWriter) finish() error {
+	if err := t.tw.Close(); err != nil {
+		return err
+	}
+	if err := t.fw.Close(); err != nil {
+		return err
+	}
+	return t.cw.Flush()
+}
+
 // chunkWriter cuts a byte stream into data messages of ChunkSize bytes
 // (the last one shorter). It reuses one buffer: send must be done with it
 // when it returns, as a gRPC stream's Send is (it marshals the message
