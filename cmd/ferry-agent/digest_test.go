@@ -23,10 +23,23 @@ func TestSelfDigest(t *testing.T) {
 	want := sha256.Sum256(bin)
 	kept := digestFile(exe)
 	t.Cleanup(func() { os.Remove(kept) })
-	// A digest kept for another version of the file.
-	stale := "1 2 3 " + strings.Repeat("00", sha256.Size) + "\n"
-	if err := os.WriteFile(kept, []byte(stale), 0o600); err != nil {
+	fi, err := os.Stat(exe)
+	if err != nil {
 		t.Fatal(err)
+	}
+	stamp := fileStamp(fi)
+	for _, stale := range []string{
+		"1 2 3 " + strings.Repeat("00", sha256.Size) + "\n",      // another version of the file
+		stamp + " " + strings.Repeat("ab", sha256.Size+1) + "\n", // too long a digest
+		stamp + " " + strings.Repeat("zz", sha256.Size) + "\n",   // not hex
+		stamp + " " + strings.Repeat("ab", 4096) + "\n",          // far too long a file
+	} {
+		if err := os.WriteFile(kept, []byte(stale), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := selfDigest(); err != nil || got != want {
+			t.Fatalf("kept %.40q...: selfDigest = %x, %v; want %x", stale, got, err, want)
+		}
 	}
 	for i := range 2 {
 		got, err := selfDigest()
@@ -34,7 +47,7 @@ func TestSelfDigest(t *testing.T) {
 			t.Fatalf("start %d: selfDigest = %x, %v; want %x", i, got, err, want)
 		}
 		b, err := os.ReadFile(kept)
-		if err != nil || string(b) == stale || !strings.HasSuffix(strings.TrimSpace(string(b)), " "+hex.EncodeToString(want[:])) {
+		if err != nil || !strings.HasSuffix(strings.TrimSpace(string(b)), " "+hex.EncodeToString(want[:])) {
 			t.Fatalf("start %d: kept digest %q, %v", i, b, err)
 		}
 	}

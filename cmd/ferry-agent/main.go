@@ -80,12 +80,8 @@ func selfDigest() ([sha256.Size]byte, error) {
 	stamp := fileStamp(fi)
 	exe, exeErr := os.Executable()
 	if exeErr == nil && stamp != "" {
-		if b, err := os.ReadFile(digestFile(exe)); err == nil {
-			if got, ok := strings.CutPrefix(strings.TrimSpace(string(b)), stamp+" "); ok {
-				if n, err := hex.Decode(d[:], []byte(got)); err == nil && n == sha256.Size {
-					return d, nil
-				}
-			}
+		if got, ok := keptDigest(digestFile(exe), stamp); ok {
+			return got, nil
 		}
 	}
 	h := sha256.New()
@@ -97,6 +93,27 @@ func selfDigest() ([sha256.Size]byte, error) {
 		saveDigest(digestFile(exe), stamp+" "+hex.EncodeToString(d[:])+"\n")
 	}
 	return d, nil
+}
+
+// keptDigest reads the digest kept at name for the binary version stamp.
+// Anything else there (another stamp, a malformed line, a file far too
+// long to be one) is no digest.
+func keptDigest(name, stamp string) (d [sha256.Size]byte, ok bool) {
+	f, err := os.Open(name)
+	if err != nil {
+		return d, false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 256))
+	if err != nil {
+		return d, false
+	}
+	got, ok := strings.CutPrefix(strings.TrimSpace(string(b)), stamp+" ")
+	if !ok || len(got) != hex.EncodedLen(sha256.Size) {
+		return d, false
+	}
+	_, err = hex.Decode(d[:], []byte(got))
+	return d, err == nil
 }
 
 // digestFile is where selfDigest keeps the digest of the binary exe: a
