@@ -96,7 +96,7 @@ type prefetch struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup // the producer and every read
-	ids    [][32]byte     // Restore's calls, in order
+	ids    []session.ID   // Restore's calls, in order
 	due    chan *fetched  // reads started, in order; closed when the producer ends
 	free   chan []byte    // buffers Restore has handed back
 	n      int            // calls of next so far
@@ -121,11 +121,7 @@ func startPrefetch(ctx context.Context, st *session.Store, m *session.Manifest, 
 			p.ids = append(p.ids, c.ID)
 		}
 	}
-	ids := make([]session.ID, len(p.ids))
-	for i, id := range p.ids {
-		ids[i] = id
-	}
-	p.ra = st.ReadAhead(ctx, ids)
+	p.ra = st.ReadAhead(ctx, p.ids)
 	p.wg.Go(func() {
 		defer close(p.due)
 		for _, id := range p.ids {
