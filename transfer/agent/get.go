@@ -160,7 +160,7 @@ func (c *Client) Get(ctx context.Context, spec GetSpec) (Result, error) {
 	if err != nil {
 		return Result{}, c.callErr(op, err)
 	}
-	msgs := &msgReader{recv: func() ([]byte, *agentv1.Trailer, error) {
+	msgs := &msgReader{owned: true, recv: func() ([]byte, *agentv1.Trailer, error) {
 		m, err := stream.Recv()
 		if err != nil {
 			return nil, nil, err

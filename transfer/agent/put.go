@@ -44,7 +44,7 @@ func (s *server) put(stream agentv1.Agent_PutServer) (*agentv1.Stats, error) {
 	if err := prepareDest(dest, place); err != nil {
 		return nil, err
 	}
-	msgs := &msgReader{recv: func() ([]byte, *agentv1.Trailer, error) {
+	msgs := &msgReader{owned: true, recv: func() ([]byte, *agentv1.Trailer, error) {
 		m, err := stream.Recv()
 		if err != nil {
 			return nil, nil, err

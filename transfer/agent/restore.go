@@ -268,6 +268,10 @@ func startChunkPipe(ctx context.Context, recv func() (*agentv1.RestoreRequest, e
 					defer close(d.ready)
 					d.buf = buffers.Get(int(ref.GetSize()) + decodeSlack)
 					d.plain, d.err = decodeChunk(z.Chunk, ref.GetSize(), ce, (*d.buf)[:0])
+					// The message is this goroutine's alone, and the
+					// decoder keeps nothing of its input (zstd's DecodeAll
+					// drops it on return).
+					release(z.Chunk)
 					if d.err != nil {
 						buffers.Put(d.buf)
 						d.buf = nil

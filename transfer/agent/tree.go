@@ -165,8 +165,12 @@ var (
 // message's data or trailer, or the stream's error (io.EOF at its clean
 // end).
 type msgReader struct {
-	recv    func() ([]byte, *agentv1.Trailer, error)
-	buf     []byte
+	recv func() ([]byte, *agentv1.Trailer, error)
+	// owned: recv's data is the reader's alone (a received message's, see
+	// codec.Unmarshal), to release once read.
+	owned   bool
+	buf     []byte // what is not read of the current message
+	held    []byte // the current message's data, until released
 	trailer *agentv1.Trailer
 	wire    int64
 	err     error
@@ -177,6 +181,11 @@ type msgReader struct {
 
 func (r *msgReader) Read(p []byte) (int, error) {
 	for len(r.buf) == 0 {
+		// Every byte of held has been copied out; nothing else holds it.
+		if r.held != nil {
+			release(r.held)
+			r.held = nil
+		}
 		if r.err != nil {
 			return 0, r.err
 		}
@@ -200,6 +209,9 @@ func (r *msgReader) Read(p []byte) (int, error) {
 			r.err = fmt.Errorf("%w: %w", transfer.ErrDigest, errEmptyData)
 		default:
 			r.buf = data
+			if r.owned {
+				r.held = data
+			}
 			r.wire += int64(len(data))
 		}
 	}
