@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-dev/ferry/relay/gateway"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/grpcbuf"
+	"github.com/ferry-dev/ferry/relay/internal/execcodec"
 	"github.com/ferry-dev/ferry/relay/openshell"
 	"github.com/ferry-dev/ferry/relay/relaytest"
 )
@@ -19,6 +20,10 @@ import (
 func TestMain(m *testing.M) {
 	// As the ferry binary does, so tests and benchmarks run its data path.
 	grpcbuf.Install()
+	// Every test's payloads are poisoned on release and checked for a
+	// second one, so that a release before the last read shows as wrong
+	// bytes (BenchmarkExec turns this off).
+	execcodec.Debug(true)
 	goleak.VerifyTestMain(m)
 }
 

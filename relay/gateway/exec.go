@@ -76,42 +76,36 @@ func (s *Server) ExecSandboxInteractive(stream grpc.BidiStreamingServer[openshel
 
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	pr, pw := io.Pipe()
-	defer pr.CloseWithError(io.ErrClosedPipe)
-	recvDone := make(chan struct{})
+	stdin := newStdinStream(req.GetStdin())
+	defer stdin.close()
 	go func() {
-		defer close(recvDone)
 		for {
 			in, err := stream.Recv()
 			if errors.Is(err, io.EOF) {
-				pw.Close()
+				stdin.finish(nil)
 				return
 			}
 			if err != nil {
 				// The client is gone: nobody will read the output.
-				pw.CloseWithError(err)
+				stdin.finish(err)
 				cancel(err)
 				return
 			}
 			switch p := in.GetPayload().(type) {
 			case *openshellv1.ExecSandboxInput_Stdin:
-				if _, err := pw.Write(p.Stdin); err != nil {
+				if !stdin.put(p.Stdin) {
 					return
 				}
 			case *openshellv1.ExecSandboxInput_Resize:
 				// No terminal, nothing to resize.
 			case *openshellv1.ExecSandboxInput_Start:
 				err := status.Error(codes.InvalidArgument, "start may only be sent once")
-				pw.CloseWithError(err)
+				stdin.finish(err)
 				cancel(err)
 				return
 			}
 		}
 	}()
-	var stdin io.Reader = pr
-	if len(req.GetStdin()) > 0 {
-		stdin = io.MultiReader(bytes.NewReader(req.GetStdin()), pr)
-	}
 	err = s.exec(&ctxSender{ctx: ctx, s: stream}, a, stdin)
 	if cause := context.Cause(ctx); cause != nil && status.Code(cause) == codes.InvalidArgument {
 		err = cause
@@ -311,6 +305,27 @@ func (f *faultReader) Read(p []byte) (int, error) {
 	f.flip.pass(p[:n])
 	if m := f.c.take(n); m < n {
 		return m, errCut
+	}
+	return n, err
+}
+
+// WriteTo passes f.r's bytes to w through the same hooks as Read, so that
+// a stdin that writes itself (stdinStream) still does.
+func (f *faultReader) WriteTo(w io.Writer) (int64, error) {
+	return writeTo(f.r, faultStdin{f: f, w: w})
+}
+
+type faultStdin struct {
+	f *faultReader
+	w io.Writer
+}
+
+func (h faultStdin) Write(p []byte) (int, error) {
+	h.f.flip.pass(p)
+	m := h.f.c.take(len(p))
+	n, err := h.w.Write(p[:m])
+	if err == nil && m < len(p) {
+		err = errCut
 	}
 	return n, err
 }

@@ -515,6 +515,10 @@ func (c countReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+func (c countReader) WriteTo(w io.Writer) (int64, error) {
+	return writeTo(c.r, countWriter{w: w, n: c.n})
+}
+
 type countWriter struct {
 	w io.Writer
 	n *atomic.Int64

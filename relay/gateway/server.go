@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
+	"github.com/ferry-dev/ferry/relay/internal/execcodec"
 )
 
 // Config configures a Server. Zero values take the defaults in New.
@@ -139,9 +140,11 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Register(g *grpc.Server) { openshellv1.RegisterOpenShellServer(g, s) }
 
 // ServerOptions are the options a grpc.Server needs to behave like the
-// real gateway: its 1 MiB inbound message limit.
+// real gateway (its 1 MiB inbound message limit) and to receive stdin as
+// exec expects it (execcodec's payloads, which exec releases).
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		execcodec.ServerOption(),
 		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.InitialWindowSize(windowSize),
 		grpc.InitialConnWindowSize(windowSize),

@@ -287,8 +287,22 @@ func startFailureCode(err error) (int, bool) {
 // pump copies the caller's stdin to the process. A read error other than
 // EOF is reported on failed without closing dst, so that the process never
 // mistakes a broken input for a complete one; Exec then kills it.
+//
+// A stdin that is an io.WriterTo writes itself to the pipe: the embedded
+// gateway's hands each stdin message's payload to the pipe as it came,
+// without a copy into buf.
 func pump(src io.Reader, dst *os.File, size int, failed chan<- error) {
 	if src == nil {
+		dst.Close()
+		return
+	}
+	if wt, ok := src.(io.WriterTo); ok {
+		w := &pipeWriter{f: dst}
+		// WriteTo's error is the pipe's (w.err) or else the source's.
+		if _, err := wt.WriteTo(w); err != nil && w.err == nil {
+			failed <- err
+			return
+		}
 		dst.Close()
 		return
 	}
@@ -310,6 +324,20 @@ func pump(src io.Reader, dst *os.File, size int, failed chan<- error) {
 			return
 		}
 	}
+}
+
+// pipeWriter tells pump a failed write to the pipe from a failed read.
+type pipeWriter struct {
+	f   *os.File
+	err error
+}
+
+func (w *pipeWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	if err != nil {
+		w.err = err
+	}
+	return n, err
 }
 
 // copyOut copies until EOF. A failed write is returned; a failed read is

@@ -21,6 +21,7 @@ import (
 
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/relay/internal/execcodec"
 )
 
 // Config configures a Client.
@@ -227,7 +228,7 @@ func (c *Client) request(id string, cmd *relay.Command) *openshellv1.ExecSandbox
 func (c *Client) execInteractive(ctx context.Context, id string, cmd *relay.Command) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.api.ExecSandboxInteractive(ctx)
+	stream, err := c.api.ExecSandboxInteractive(ctx, execcodec.CallOption())
 	if err != nil {
 		return 0, c.rpcError(ctx, cmd, err)
 	}
@@ -334,7 +335,7 @@ func (c *Client) execOneShot(ctx context.Context, id string, cmd *relay.Command)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.api.ExecSandbox(ctx, req)
+	stream, err := c.api.ExecSandbox(ctx, req, execcodec.CallOption())
 	if err != nil {
 		return 0, c.rpcError(ctx, cmd, err)
 	}
@@ -343,6 +344,9 @@ func (c *Client) execOneShot(ctx context.Context, id string, cmd *relay.Command)
 
 // deliver copies an exec's output events to cmd's writers and returns the
 // exit code. A stream that ends without an exit event is a lost relay.
+//
+// Each event's data is an execcodec payload, released once its Write has
+// returned: io.Writer's contract is that a writer keeps no slice of it.
 func (c *Client) deliver(ctx context.Context, stream interface {
 	Recv() (*openshellv1.ExecSandboxEvent, error)
 }, cmd *relay.Command) (int, error) {
@@ -361,11 +365,15 @@ func (c *Client) deliver(ctx context.Context, stream interface {
 		}
 		switch p := ev.GetPayload().(type) {
 		case *openshellv1.ExecSandboxEvent_Stdout:
-			if _, err := stdout.Write(p.Stdout.GetData()); err != nil {
+			_, err := stdout.Write(p.Stdout.GetData())
+			execcodec.Release(p.Stdout.GetData())
+			if err != nil {
 				return 0, fmt.Errorf("write stdout: %w", err)
 			}
 		case *openshellv1.ExecSandboxEvent_Stderr:
-			if _, err := stderr.Write(p.Stderr.GetData()); err != nil {
+			_, err := stderr.Write(p.Stderr.GetData())
+			execcodec.Release(p.Stderr.GetData())
+			if err != nil {
 				return 0, fmt.Errorf("write stderr: %w", err)
 			}
 		case *openshellv1.ExecSandboxEvent_Exit:

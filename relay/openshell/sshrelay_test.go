@@ -16,10 +16,16 @@ import (
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/gateway"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
+	"github.com/ferry-dev/ferry/relay/internal/execcodec"
 	"github.com/ferry-dev/ferry/relay/openshell"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// Exec's output payloads are poisoned on release and checked for a
+	// second one: a release before the last read shows as wrong bytes.
+	execcodec.Debug(true)
+	goleak.VerifyTestMain(m)
+}
 
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
