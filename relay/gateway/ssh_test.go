@@ -639,9 +639,15 @@ func TestSSHRelayEnds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			in, err := sess.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
 			script := "export FERRY_MARKER=" + marker + "; sleep 600 & echo ready; wait"
 			if tc.end == nil {
-				script = "export FERRY_MARKER=" + marker + "; sleep 600 & head -c 8388608 /dev/zero; wait"
+				// The output that trips the cut waits until the marked
+				// process has been seen: a cut before that kills it unseen.
+				script = "export FERRY_MARKER=" + marker + "; sleep 600 & read go; head -c 8388608 /dev/zero; wait"
 			}
 			if err := sess.Start(script); err != nil {
 				t.Fatal(err)
@@ -654,6 +660,9 @@ func TestSSHRelayEnds(t *testing.T) {
 				}
 				tc.end(t, f, cancel)
 			} else {
+				if _, err := io.WriteString(in, "go\n"); err != nil {
+					t.Fatal(err)
+				}
 				n, _ := io.Copy(io.Discard, out)
 				if n >= 8<<20 {
 					t.Fatalf("all %d bytes crossed a relay cut after 1 MiB", n)
