@@ -104,8 +104,9 @@ func (t *treeWriter) finish() error {
 	return t.cw.Flush()
 }
 
-// chunkWriter cuts a byte stream into data messages of ChunkSize bytes
-// (the last one shorter). It reuses one buffer: send must be done with it
+// chunkWriter cuts a byte stream into data messages of at most ChunkSize
+// bytes: large writes as they come, small ones gathered. It reuses one
+// buffer: send must be done with it
 // when it returns, as a gRPC stream's Send is (it marshals the message
 // before returning; only a stats handler or tracing, which these
 // connections do not have, would keep it). Its error is sticky.
@@ -122,6 +123,16 @@ func (c *chunkWriter) Write(p []byte) (int, error) {
 		return 0, c.err
 	}
 	n := len(p)
+	for len(c.buf) == 0 && len(p) >= ChunkSize/2 {
+		// A frame block (a few hundred KiB) goes out as it is: Send
+		// copies it into the message, and a copy into buf first would
+		// only add one.
+		k := min(len(p), ChunkSize)
+		if err := c.sendNow(p[:k]); err != nil {
+			return n - len(p), err
+		}
+		p = p[k:]
+	}
 	for len(p) > 0 {
 		if c.buf == nil {
 			c.buf = make([]byte, 0, ChunkSize)
@@ -144,6 +155,11 @@ func (c *chunkWriter) Flush() error {
 	}
 	b := c.buf
 	c.buf = c.buf[:0]
+	return c.sendNow(b)
+}
+
+// sendNow sends b as one message; send does not keep b.
+func (c *chunkWriter) sendNow(b []byte) error {
 	if err := c.send(b); err != nil {
 		c.err, c.failed = err, true
 		return err
