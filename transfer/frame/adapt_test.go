@@ -84,6 +84,11 @@ func TestAutoFastLink(t *testing.T) {
 	if st.S2Blocks < (blocks-warmupBlocks)*3/4 || st.RawBlocks != 0 {
 		t.Errorf("auto: stats %+v, want most of the %d blocks after warmup S2, none raw", st, blocks-warmupBlocks)
 	}
+	// zstd cannot pay where S2's bytes cost the link nothing: after the
+	// first block it is neither warmed up nor probed.
+	if st.ZstdBlocks != 1 {
+		t.Errorf("auto: stats %+v, want zstd on the first block only", st)
+	}
 	st = writeAll(t, NewWriter(io.Discard, WriterOptions{Compress: Zstd, BlockSize: bs, Concurrency: 2}), data)
 	if st.ZstdBlocks != blocks {
 		t.Errorf("zstd: stats %+v, want all %d blocks zstd", st, blocks)
@@ -91,13 +96,19 @@ func TestAutoFastLink(t *testing.T) {
 }
 
 // TestAutoSmallStream: a stream of at most warmupBlocks blocks is
-// compressed whatever the link, as before anything can be measured, zstd
-// and S2 in turn.
+// compressed whatever the link, as before anything can be measured: zstd
+// first, then S2, and zstd in turn with it only where zstd may pay. On a
+// link faster than S2 it cannot, and zstd is not tried again.
 func TestAutoSmallStream(t *testing.T) {
 	const bs = 64 << 10
 	st := writeAll(t, NewWriter(&countWriter{}, WriterOptions{BlockSize: bs}), textData(warmupBlocks*bs))
-	if st.ZstdBlocks != warmupBlocks/2 || st.S2Blocks != warmupBlocks/2 {
-		t.Errorf("stats %+v, want all %d blocks compressed, half of them zstd", st, warmupBlocks)
+	if st.ZstdBlocks != 1 || st.S2Blocks != warmupBlocks-1 {
+		t.Errorf("fast link: stats %+v, want all %d blocks compressed, the first with zstd, the rest S2", st, warmupBlocks)
+	}
+	link := &slowLink{rate: 1e6}
+	st = writeAll(t, NewWriter(link, WriterOptions{BlockSize: bs, Concurrency: 1}), textData(warmupBlocks*bs))
+	if st.ZstdBlocks < warmupBlocks/4 || st.RawBlocks != 0 {
+		t.Errorf("1 MB/s link: stats %+v, want all %d blocks compressed, zstd in turn with S2", st, warmupBlocks)
 	}
 }
 

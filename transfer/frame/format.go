@@ -32,8 +32,8 @@ const (
 	// Auto tries every block of its warmup (a small stream, or the start
 	// of one, before the link can be measured), then only blocks the
 	// link is waiting for. The warmup is warmupBytes of plaintext, in
-	// minWarmup to warmupBlocks blocks: half of them go to zstd, which
-	// at 1 MiB blocks and 16 would cost 8 MiB at zstd's pace.
+	// minWarmup to warmupBlocks blocks: up to half of them go to zstd,
+	// which at 1 MiB blocks and 16 would cost 8 MiB at zstd's pace.
 	warmupBlocks = 16
 	minWarmup    = 4
 	warmupBytes  = 4 << 20

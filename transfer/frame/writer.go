@@ -558,21 +558,22 @@ func (w *Writer) try() byte {
 	}
 	var c byte
 	if w.cut < w.warmup() {
-		// Both codecs in turn, so that both are measured by the end.
-		c = typeZstd
-		if w.cut%2 == 1 {
-			c = typeS2
+		// Both codecs in turn, so that both are measured by the end:
+		// zstd first, then again only where it may pay.
+		c = typeS2
+		if w.cut == 0 || w.cut%2 == 0 && w.zstdMayPay() {
+			c = typeZstd
 		}
 	} else {
 		w.adapt()
 		c = w.pick
 		w.probe++
-		if w.probe >= w.gap && w.miss < skipAfter {
+		if other := otherCodec(w.pick); w.probe >= w.gap && w.miss < skipAfter && (other == typeS2 || w.zstdMayPay()) {
 			// Keep the measure of what is not picked current: the data,
 			// the link and the CPU's load all change.
 			w.probe = 0
 			w.gap = min(2*w.gap, probeMax)
-			return otherCodec(w.pick)
+			return other
 		}
 	}
 	if w.miss < skipAfter {
@@ -637,6 +638,29 @@ func (w *Writer) adapt() {
 			w.gap = probeEvery
 		}
 	}
+}
+
+// zstdMayPay reports, with w.mu held, whether zstd could still beat S2
+// on this link and data: whether the most it could save, every wire byte
+// S2 sends, would take longer on the link than the time zstd takes over
+// S2's. That extra time is as last measured, or, before zstd has been,
+// at least S2's own (klauspost's fastest zstd measured 3 to 4 times S2 on
+// amd64, where S2 has assembly, and more elsewhere). Where zstd cannot
+// pay, trying it (warmup, probes) only spends CPU: a tenth of a fast
+// transfer's compression time. The link is measured on every block
+// sent, so a link that slows down brings the probes back. Until S2 and
+// the link have been measured it says no.
+func (w *Writer) zstdMayPay() bool {
+	s, z := codecIndex(typeS2), codecIndex(typeZstd)
+	if w.link.n == 0 || w.codecT[s].n == 0 {
+		return false
+	}
+	link := max(w.link.per(), w.opts.WireCost.Seconds()/(1<<20))
+	extra := w.codecT[s].per()
+	if w.codecT[z].n > 0 {
+		extra = w.codecT[z].per() - w.codecT[s].per()
+	}
+	return w.codecW[s].per()*link > extra
 }
 
 // rate is a quantity per byte over roughly the last window bytes.
