@@ -123,7 +123,13 @@ func (c *chunkWriter) Write(p []byte) (int, error) {
 		return 0, c.err
 	}
 	n := len(p)
-	for len(c.buf) == 0 && len(p) >= ChunkSize/2 {
+	if len(p) >= ChunkSize/2 {
+		// What is gathered goes first, in a message of its own.
+		if err := c.Flush(); err != nil {
+			return 0, err
+		}
+	}
+	for len(p) >= ChunkSize/2 {
 		// A frame block (a few hundred KiB) goes out as it is: Send
 		// copies it into the message, and a copy into buf first would
 		// only add one.
