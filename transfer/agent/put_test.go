@@ -400,8 +400,8 @@ func TestPutMessagesAndAgentReply(t *testing.T) {
 	var sum int
 	for i, n := range fake.sizes {
 		sum += n
-		if i < len(fake.sizes)-1 && n != agent.ChunkSize {
-			t.Errorf("message %d of %d: %d bytes, want ChunkSize", i, len(fake.sizes), n)
+		if n == 0 || n > agent.ChunkSize {
+			t.Errorf("message %d of %d: %d bytes, want 1 to ChunkSize", i, len(fake.sizes), n)
 		}
 	}
 

@@ -116,11 +116,14 @@ func (s *server) restore(stream agentv1.Agent_RestoreServer) (*agentv1.Stats, er
 	})
 	if err != nil {
 		// Unblock the writer, whose error (the stream's, or a bad chunk)
-		// is the cause when there is one.
+		// is the cause when there is one: not when it only reports the
+		// pipe closed or the cancel here, which the extractor's error
+		// caused.
 		pr.CloseWithError(err)
 		cancel()
 		wg.Wait()
-		if werr != nil {
+		ours := errors.Is(werr, err) || errors.Is(werr, context.Canceled) && stream.Context().Err() == nil
+		if werr != nil && !ours {
 			return nil, werr
 		}
 		return nil, err
