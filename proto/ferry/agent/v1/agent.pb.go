@@ -818,8 +818,9 @@ type FileDigest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Size  int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	// Digest is the XXH3-128 of the file's data, big-endian (see
-	// transfer.FileDigest); field 3 carried a SHA-256 before.
+	// Digest is the file's transfer.FileDigest: XXH3-128 over the XXH3-128
+	// of each 32 KiB segment of its data and its length, big-endian; field
+	// 3 carried a SHA-256, then a plain XXH3-128, before.
 	Digest        []byte `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
