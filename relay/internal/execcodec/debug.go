@@ -28,33 +28,34 @@ func Debug(on bool) {
 }
 
 func debugGot(b []byte) {
-	if !debug.on.Load() {
-		return
+	if debug.on.Load() {
+		debugMark(b, true)
 	}
-	debug.mu.Lock()
-	defer debug.mu.Unlock()
-	if debug.out == nil {
-		debug.out = map[*byte]bool{}
-	}
-	debug.out[&b[:1][0]] = true
 }
 
 func debugPut(b []byte) {
 	if !debug.on.Load() {
 		return
 	}
+	if out, known := debugMark(b, false); known && !out {
+		panic("execcodec: payload released twice")
+	}
+	b = b[:cap(b)]
+	for i := range b {
+		b[i] = Poison
+	}
+}
+
+// debugMark records whether payload b is handed out, and returns what was
+// recorded before.
+func debugMark(b []byte, out bool) (was, known bool) {
 	debug.mu.Lock()
 	defer debug.mu.Unlock()
 	if debug.out == nil {
 		debug.out = map[*byte]bool{}
 	}
 	key := &b[:1][0]
-	if out, known := debug.out[key]; known && !out {
-		panic("execcodec: payload released twice")
-	}
-	debug.out[key] = false
-	b = b[:cap(b)]
-	for i := range b {
-		b[i] = Poison
-	}
+	was, known = debug.out[key]
+	debug.out[key] = out
+	return was, known
 }
