@@ -129,6 +129,13 @@ func Dial(ctx context.Context, cfg DialConfig) (*Client, Dialled, error) {
 	return c, d, nil
 }
 
+// exitWait bounds how long closing a connection waits for the agent to
+// exit once its stdin has ended, before the exec is cancelled (which
+// kills it, and reads as a failed exit). It outlasts the agent's own
+// stopWait, so that an agent still finishing a call's cleanup exits by
+// itself rather than being killed at the same moment it would have.
+const exitWait = stopWait + 3*time.Second
+
 // errNoAgent: the serve script found no cached agent and printed its
 // probe line instead.
 var errNoAgent = fmt.Errorf("%w: no cached agent", ErrUnavailable)
@@ -202,7 +209,7 @@ func serve(ctx context.Context, cfg DialConfig, probeOnly bool) (*Client, probeR
 		defer func() { <-drained }()
 		select {
 		case <-x.done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(exitWait):
 			cancel()
 			<-x.done
 		}
