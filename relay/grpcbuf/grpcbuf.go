@@ -1,5 +1,6 @@
 // Package grpcbuf is a buffer pool for gRPC that does not zero what it hands
-// out.
+// out, and Field, which receives a bulk message's bytes into one of its
+// buffers with a single copy.
 //
 // gRPC's default pool clears every buffer it returns, and rounds a 256 KiB
 // message up to a 1 MiB buffer first: on the exec channel's bulk streams

@@ -6,9 +6,11 @@ import (
 
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+	"github.com/ferry-dev/ferry/relay/grpcbuf"
 )
 
 // codec is gRPC's protobuf codec with the buffers pool in place of the
@@ -67,7 +69,7 @@ const (
 // of the pool. The message then owns that buffer: a consumer that has
 // read the last of it may hand it back with release; one that does not
 // leaves it to the GC. Any other encoding (another field, unknown fields,
-// the field twice, a long varint) goes to proto.Unmarshal, so the result
+// the field twice) goes to proto.Unmarshal, so the result
 // is always what proto.Unmarshal gives.
 func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch m := v.(type) {
@@ -99,77 +101,31 @@ func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return proto.Unmarshal(b.ReadOnlyData(), m)
 }
 
-// maxLenBytes bounds the length varint unmarshalBytes takes: four bytes
-// carry up to 256 MiB, past maxMessage.
-const maxLenBytes = 4
-
 // unmarshalBytes returns the payload of data when data is exactly one
-// field: tag (one byte), a varint length, and that many bytes to the end.
-// The payload is in a buffer of the pool (len 0: an empty, unpooled
-// slice, as proto gives); ok is false, and nothing taken, for anything
-// else.
+// field, the one tag names (see grpcbuf.Field), in a buffer of the pool;
+// ok is false, and nothing taken, for anything else.
 func unmarshalBytes(data mem.BufferSlice, tag byte) (b []byte, ok bool) {
-	var hdr [1 + maxLenBytes]byte
-	h := readAt(hdr[:], data, 0)
-	if h < 2 || hdr[0] != tag {
+	if tag&7 != byte(protowire.BytesType) {
 		return nil, false
 	}
-	var size, k int
-	for k = 1; ; k++ {
-		if k == h || k > maxLenBytes {
-			return nil, false // the varint does not end
-		}
-		size |= int(hdr[k]&0x7f) << (7 * (k - 1))
-		if hdr[k] < 0x80 {
-			break
+	b, ok = grpcbuf.Field(buffers, data, protowire.Number(tag>>3))
+	if ok && len(b) > 0 {
+		if h := acquireHook.Load(); h != nil {
+			(*h)(b)
 		}
 	}
-	off := k + 1
-	if size != data.Len()-off {
-		return nil, false // more fields follow, or the field is cut
-	}
-	if size == 0 {
-		return []byte{}, true
-	}
-	b = *buffers.Get(size)
-	readAt(b, data, off)
-	if h := acquireHook.Load(); h != nil {
-		(*h)(b)
-	}
-	return b, true
-}
-
-// readAt copies data from offset off into dst, as far as either goes, and
-// returns the bytes copied.
-func readAt(dst []byte, data mem.BufferSlice, off int) int {
-	n := 0
-	for _, buf := range data {
-		p := buf.ReadOnlyData()
-		if off >= len(p) {
-			off -= len(p)
-			continue
-		}
-		n += copy(dst[n:], p[off:])
-		off = 0
-		if n == len(dst) {
-			break
-		}
-	}
-	return n
+	return b, ok
 }
 
 // release hands a data message's bytes (see Unmarshal) back to buffers.
 // Its caller must own b alone, as the consumer of a received message
 // does, and must not read b, or any slice of it, afterwards: the pool
-// hands it to the next message, or to gRPC's transport. A slice the pool
-// does not take (an empty one, one whose capacity is not a size class)
-// is left to the GC.
+// hands it to the next message, or to gRPC's transport.
 func release(b []byte) {
 	if h := releaseHook.Load(); h != nil {
 		(*h)(b)
 	}
-	b = b[:0:cap(b)]
-	buffers.Put(&b)
+	grpcbuf.Release(buffers, b)
 }
 
 // acquireHook and releaseHook, when set, see every buffer unmarshalBytes

@@ -203,15 +203,15 @@ func TestUnmarshalFallback(t *testing.T) {
 		{"data twice", cat(data, data), false},
 		{"data then unknown", cat(data, unknown), false},
 		{"unknown then data", cat(unknown, data), false},
-		{"long tag", []byte{0x92, 0x00, 3, 'a', 'b', 'c'}, false},
+		// Overlong but valid: proto takes them too.
+		{"long tag", []byte{0x92, 0x00, 3, 'a', 'b', 'c'}, true},
 		{"varint wire type", []byte{0x10, 3}, false},
 		{"length past the end", []byte{0x12, 4, 'a', 'b', 'c'}, false},
 		{"length short of the end", []byte{0x12, 2, 'a', 'b', 'c'}, false},
 		{"unended varint", []byte{0x12, 0x83}, false},
 		{"unended long varint", []byte{0x12, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, false},
-		{"five-byte length", []byte{0x12, 0x83, 0x80, 0x80, 0x80, 0x00, 'a', 'b', 'c'}, false},
+		{"five-byte length", []byte{0x12, 0x83, 0x80, 0x80, 0x80, 0x00, 'a', 'b', 'c'}, true},
 		{"tag alone", []byte{0x12}, false},
-		// Overlong but short enough: proto takes it too.
 		{"two-byte length", []byte{0x12, 0x83, 0x00, 'a', 'b', 'c'}, true},
 		{"four-byte zero length", []byte{0x12, 0x80, 0x80, 0x80, 0x00}, true},
 	} {

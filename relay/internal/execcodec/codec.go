@@ -1,7 +1,6 @@
 package execcodec
 
 import (
-	"fmt"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -73,104 +72,20 @@ const (
 	fieldData   protowire.Number = 1 // ExecSandboxStdout.data, ExecSandboxStderr.data
 )
 
-// maxHeader bounds the header parse reads: two tags and two lengths, each a
-// varint of at most 10 bytes (protobuf accepts non-minimal ones).
-const maxHeader = 4 * 10
-
 // payload copies out the bytes field of a message that holds field f and
 // nothing else: f itself a bytes field when nested is false, else a message
-// that holds only its bytes field 1. ok is false for any other message.
+// that holds only its bytes field 1 (see grpcbuf.Field). ok is false for
+// any other message.
 func payload(data mem.BufferSlice, f protowire.Number, nested bool) (b []byte, ok bool) {
-	var buf [maxHeader]byte
-	total := data.Len()
-	head := buf[:gather(buf[:], data)]
-	off, n, ok := parse(head, total, f, nested)
-	if !ok {
-		return nil, false
+	if nested {
+		b, ok = grpcbuf.Field(&pool, data, f, fieldData)
+	} else {
+		b, ok = grpcbuf.Field(&pool, data, f)
 	}
-	return copyOut(data, off, n), true
-}
-
-// parse reads the header of a message of total bytes whose first bytes are
-// head, as payload describes it, and returns where the bytes field's value
-// starts and its length. It accepts only a message in which that value
-// runs to the end: anything after it would be another field, which
-// proto.Unmarshal must see.
-func parse(head []byte, total int, f protowire.Number, nested bool) (off, n int, ok bool) {
-	num, typ, k := protowire.ConsumeTag(head)
-	if k < 0 || num != f || typ != protowire.BytesType {
-		return 0, 0, false
+	if ok && len(b) > 0 {
+		debugGot(b)
 	}
-	l, m := protowire.ConsumeVarint(head[k:])
-	if m < 0 {
-		return 0, 0, false
-	}
-	off = k + m
-	if l != uint64(total-off) {
-		return 0, 0, false
-	}
-	if !nested {
-		return off, int(l), true
-	}
-	if l == 0 {
-		// An empty stdout or stderr message: rare, and proto.Unmarshal's
-		// business.
-		return 0, 0, false
-	}
-	num, typ, k = protowire.ConsumeTag(head[off:])
-	if k < 0 || num != fieldData || typ != protowire.BytesType {
-		return 0, 0, false
-	}
-	l, m = protowire.ConsumeVarint(head[off+k:])
-	if m < 0 {
-		return 0, 0, false
-	}
-	off += k + m
-	if l != uint64(total-off) {
-		return 0, 0, false
-	}
-	return off, int(l), true
-}
-
-// gather copies the first bytes of data into dst and returns how many.
-func gather(dst []byte, data mem.BufferSlice) int {
-	n := 0
-	for _, b := range data {
-		n += copy(dst[n:], b.ReadOnlyData())
-		if n == len(dst) {
-			break
-		}
-	}
-	return n
-}
-
-// copyOut copies n bytes of data from off into a pooled buffer.
-func copyOut(data mem.BufferSlice, off, n int) []byte {
-	if n == 0 {
-		// As proto.Unmarshal gives an empty bytes field.
-		return []byte{}
-	}
-	b := *pool.Get(n)
-	dst := b
-	for _, buf := range data {
-		d := buf.ReadOnlyData()
-		if off >= len(d) {
-			off -= len(d)
-			continue
-		}
-		c := copy(dst, d[off:])
-		off = 0
-		dst = dst[c:]
-		if len(dst) == 0 {
-			break
-		}
-	}
-	if len(dst) != 0 {
-		// parse checked the lengths against data.Len().
-		panic(fmt.Sprintf("execcodec: %d bytes short of a %d-byte payload", len(dst), n))
-	}
-	debugGot(b)
-	return b
+	return b, ok
 }
 
 var pool grpcbuf.Pool
@@ -185,7 +100,7 @@ func Release(b []byte) {
 		return
 	}
 	debugPut(b)
-	pool.Put(&b)
+	grpcbuf.Release(&pool, b)
 }
 
 // protoCodec is gRPC's proto codec, which encoding/proto registers in its
