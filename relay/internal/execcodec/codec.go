@@ -1,7 +1,6 @@
 package execcodec
 
 import (
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
