@@ -72,7 +72,9 @@ func startFerry(t *testing.T, bundle string, args ...string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+string(b), crashBundleEnv+"="+bundle, "HOME="+crashHome)
+	// A temp dir of the test's own: a child killed mid-save leaves its
+	// download directory behind, which the test's cleanup then removes.
+	cmd.Env = append(os.Environ(), crashChildEnv+"="+string(b), crashBundleEnv+"="+bundle, "HOME="+crashHome, "TMPDIR="+t.TempDir())
 	var errb syncBuffer
 	cmd.Stdout, cmd.Stderr = &errb, &errb
 	if err := cmd.Start(); err != nil {
