@@ -624,7 +624,7 @@ func (w *Writer) adapt() {
 	if w.link.n == 0 || w.codecT[0].n == 0 || w.codecT[1].n == 0 {
 		return
 	}
-	link := max(w.link.per(), w.opts.WireCost.Seconds()/(1<<20))
+	link := w.linkCost()
 	gain := func(c byte) (gain, cost float64) {
 		i := codecIndex(c)
 		cost = w.codecT[i].per()
@@ -655,12 +655,18 @@ func (w *Writer) zstdMayPay() bool {
 	if w.link.n == 0 || w.codecT[s].n == 0 {
 		return false
 	}
-	link := max(w.link.per(), w.opts.WireCost.Seconds()/(1<<20))
+	link := w.linkCost()
 	extra := w.codecT[s].per()
 	if w.codecT[z].n > 0 {
 		extra = w.codecT[z].per() - w.codecT[s].per()
 	}
 	return w.codecW[s].per()*link > extra
+}
+
+// linkCost is what Auto counts a wire byte to cost, in seconds: the link's
+// measured pace, but never less than WireCost. w.mu is held.
+func (w *Writer) linkCost() float64 {
+	return max(w.link.per(), w.opts.WireCost.Seconds()/(1<<20))
 }
 
 // rate is a quantity per byte over roughly the last window bytes.
