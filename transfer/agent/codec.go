@@ -52,13 +52,13 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(b, buffers)}, nil
 }
 
-// Tags (field number << 3 | wire type 2) of the bytes fields Unmarshal
-// fills by hand; each is its message's only field when it is set (a
-// oneof member). TestDataTags holds them to the descriptors.
+// The bytes fields Unmarshal fills by hand; each is its message's only
+// field when it is set (a oneof member). TestDataTags holds them to the
+// descriptors.
 const (
-	putDataTag      = 2<<3 | 2 // PutRequest.data
-	getDataTag      = 1<<3 | 2 // GetResponse.data
-	restoreChunkTag = 3<<3 | 2 // RestoreRequest.chunk
+	putDataField      protowire.Number = 2 // PutRequest.data
+	getDataField      protowire.Number = 1 // GetResponse.data
+	restoreChunkField protowire.Number = 3 // RestoreRequest.chunk
 )
 
 // Unmarshal is proto.Unmarshal, except for a data message: a PutRequest,
@@ -69,24 +69,24 @@ const (
 // of the pool. The message then owns that buffer: a consumer that has
 // read the last of it may hand it back with release; one that does not
 // leaves it to the GC. Any other encoding (another field, unknown fields,
-// the field twice) goes to proto.Unmarshal, so the result
-// is always what proto.Unmarshal gives.
+// the field twice) goes to proto.Unmarshal, so the result is always what
+// proto.Unmarshal gives.
 func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch m := v.(type) {
 	case *agentv1.PutRequest:
-		if b, ok := unmarshalBytes(data, putDataTag); ok {
+		if b, ok := unmarshalBytes(data, putDataField); ok {
 			m.Reset()
 			m.Msg = &agentv1.PutRequest_Data{Data: b}
 			return nil
 		}
 	case *agentv1.GetResponse:
-		if b, ok := unmarshalBytes(data, getDataTag); ok {
+		if b, ok := unmarshalBytes(data, getDataField); ok {
 			m.Reset()
 			m.Msg = &agentv1.GetResponse_Data{Data: b}
 			return nil
 		}
 	case *agentv1.RestoreRequest:
-		if b, ok := unmarshalBytes(data, restoreChunkTag); ok {
+		if b, ok := unmarshalBytes(data, restoreChunkField); ok {
 			m.Reset()
 			m.Msg = &agentv1.RestoreRequest_Chunk{Chunk: b}
 			return nil
@@ -102,13 +102,10 @@ func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 // unmarshalBytes returns the payload of data when data is exactly one
-// field, the one tag names (see grpcbuf.Field), in a buffer of the pool;
-// ok is false, and nothing taken, for anything else.
-func unmarshalBytes(data mem.BufferSlice, tag byte) (b []byte, ok bool) {
-	if tag&7 != byte(protowire.BytesType) {
-		return nil, false
-	}
-	b, ok = grpcbuf.Field(buffers, data, protowire.Number(tag>>3))
+// bytes field, number f (see grpcbuf.Field), in a buffer of the pool; ok
+// is false, and nothing taken, for anything else.
+func unmarshalBytes(data mem.BufferSlice, f protowire.Number) (b []byte, ok bool) {
+	b, ok = grpcbuf.Field(buffers, data, f)
 	if ok && len(b) > 0 {
 		if h := acquireHook.Load(); h != nil {
 			(*h)(b)

@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Codec is the connections' codec, for the tests outside the package.
@@ -14,13 +15,15 @@ var Codec encoding.CodecV2 = codec{}
 func Release(b []byte) { release(b) }
 
 // UnmarshalBytes is Unmarshal's hand parser of a one-field message.
-func UnmarshalBytes(data mem.BufferSlice, tag byte) ([]byte, bool) { return unmarshalBytes(data, tag) }
+func UnmarshalBytes(data mem.BufferSlice, f protowire.Number) ([]byte, bool) {
+	return unmarshalBytes(data, f)
+}
 
-// Data tags, for tests of UnmarshalBytes.
+// Data fields, for tests of UnmarshalBytes.
 const (
-	PutDataTag      = putDataTag
-	GetDataTag      = getDataTag
-	RestoreChunkTag = restoreChunkTag
+	PutDataField      = putDataField
+	GetDataField      = getDataField
+	RestoreChunkField = restoreChunkField
 )
 
 // HookBuffers has acquire see every buffer Unmarshal fills from the pool

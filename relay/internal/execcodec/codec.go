@@ -43,18 +43,18 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) { return protoCodec.Marshal
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch m := v.(type) {
 	case *openshellv1.ExecSandboxInput:
-		if b, ok := payload(data, fieldStdin, false); ok {
+		if b, ok := payload(data, fieldStdin); ok {
 			m.Reset()
 			m.Payload = &openshellv1.ExecSandboxInput_Stdin{Stdin: b}
 			return nil
 		}
 	case *openshellv1.ExecSandboxEvent:
-		if b, ok := payload(data, fieldStdout, true); ok {
+		if b, ok := payload(data, fieldStdout, fieldData); ok {
 			m.Reset()
 			m.Payload = &openshellv1.ExecSandboxEvent_Stdout{Stdout: &openshellv1.ExecSandboxStdout{Data: b}}
 			return nil
 		}
-		if b, ok := payload(data, fieldStderr, true); ok {
+		if b, ok := payload(data, fieldStderr, fieldData); ok {
 			m.Reset()
 			m.Payload = &openshellv1.ExecSandboxEvent_Stderr{Stderr: &openshellv1.ExecSandboxStderr{Data: b}}
 			return nil
@@ -71,16 +71,11 @@ const (
 	fieldData   protowire.Number = 1 // ExecSandboxStdout.data, ExecSandboxStderr.data
 )
 
-// payload copies out the bytes field of a message that holds field f and
-// nothing else: f itself a bytes field when nested is false, else a message
-// that holds only its bytes field 1 (see grpcbuf.Field). ok is false for
-// any other message.
-func payload(data mem.BufferSlice, f protowire.Number, nested bool) (b []byte, ok bool) {
-	if nested {
-		b, ok = grpcbuf.Field(&pool, data, f, fieldData)
-	} else {
-		b, ok = grpcbuf.Field(&pool, data, f)
-	}
+// payload copies out the bytes of a message that is one field along path
+// and nothing else (see grpcbuf.Field), noting it for Debug. ok is false
+// for any other message.
+func payload(data mem.BufferSlice, path ...protowire.Number) (b []byte, ok bool) {
+	b, ok = grpcbuf.Field(&pool, data, path...)
 	if ok && len(b) > 0 {
 		debugGot(b)
 	}
