@@ -15,10 +15,10 @@ import (
 // of a trailer (DESIGN.md, "Rules everywhere").
 //
 // The digest is XXH3-128 over the XXH3-128 of each 32 KiB segment of the
-// data and its length (see fileHash). It guards against corruption and against bugs
-// anywhere between the sender's read and the receiver's write, which is
-// its job: it is not a security boundary, since a hostile sender computes
-// it as freely as the data. A cryptographic hash cost a quarter of agent
+// data and its length (see fileHash). It guards against corruption and
+// against bugs anywhere between the sender's read and the receiver's
+// write, which is its job: it is not a security boundary, since a hostile
+// sender computes it as freely as the data. A cryptographic hash cost a quarter of agent
 // mode's CPU (SHA-256, measured) for no protection a trailer can give;
 // where content names data (the session store's chunks), SHA-256 stays.
 type FileDigest struct {

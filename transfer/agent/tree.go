@@ -106,10 +106,10 @@ func (t *treeWriter) finish() error {
 
 // chunkWriter cuts a byte stream into data messages of at most ChunkSize
 // bytes: large writes as they come, small ones gathered. It reuses one
-// buffer: send must be done with it
-// when it returns, as a gRPC stream's Send is (it marshals the message
-// before returning; only a stats handler or tracing, which these
-// connections do not have, would keep it). Its error is sticky.
+// buffer: send must be done with it when it returns, as a gRPC stream's
+// Send is (it marshals the message before returning; only a stats
+// handler or tracing, which these connections do not have, would keep
+// it). Its error is sticky.
 type chunkWriter struct {
 	send   func([]byte) error
 	buf    []byte
