@@ -43,21 +43,18 @@ func (c *counting) Get(ctx context.Context, name string) (io.ReadCloser, error) 
 }
 
 // chunkGets returns the chunk objects read since the last call.
-func (c *counting) chunkGets() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.gets
-	c.gets = 0
-	return n
-}
+func (c *counting) chunkGets() int { return c.take(&c.gets) }
 
 // packGets returns the packs read since the last call.
-func (c *counting) packGets() int {
+func (c *counting) packGets() int { return c.take(&c.packs) }
+
+// take returns the count n and zeroes it.
+func (c *counting) take(n *int) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := c.packs
-	c.packs = 0
-	return n
+	v := *n
+	*n = 0
+	return v
 }
 
 // setup returns a store on a cache in front of a counted in-memory
