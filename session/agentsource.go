@@ -77,7 +77,9 @@ func (a *AgentSource) Scan(ctx context.Context, prev *Manifest, sink Sink) error
 	if prev != nil && a.ReuseUnchanged {
 		for i := range prev.Entries {
 			e := &prev.Entries[i]
-			if e.Kind == KindFile {
+			// A file whose chunks the store no longer all holds is not
+			// offered as known: the agent reads it again.
+			if e.Kind == KindFile && held(ctx, sink, e) {
 				old[e.Path] = e
 				known = append(known, &agentv1.KnownFile{Path: e.Path, Size: e.Size, MtimeUnixNano: e.MTime})
 			}

@@ -128,8 +128,30 @@ func TestDamagedManifest(t *testing.T) {
 	if _, err := s.Load(ctx, "k", 5); !errors.Is(err, session.ErrManifest) {
 		t.Errorf("load of a moved manifest: %v, want ErrManifest", err)
 	}
-	// Prune refuses to collect chunks it cannot account for.
-	if _, err := s.Prune(ctx, session.PruneOptions{}); err == nil {
-		t.Error("prune with a damaged manifest removed chunks")
+	// Prune names the damaged manifests, never counts them among the
+	// kept (snapshot 1 is the newest readable one and stays), and a save
+	// goes on past them.
+	prep, err := s.Prune(ctx, session.PruneOptions{Keep: 1})
+	if err != nil {
+		t.Fatalf("prune with damaged manifests: %v", err)
+	}
+	var bad []string
+	for _, u := range prep.Unreadable {
+		bad = append(bad, u.SnapshotRef.String())
+	}
+	if !slices.Equal(bad, []string{"k/2", "k/5"}) || len(prep.Snapshots) != 0 {
+		t.Errorf("prune: unreadable %q, removed %v; want k/2 and k/5 named and nothing removed", bad, prep.Snapshots)
+	}
+	restore(t, s, "k", filepath.Join(t.TempDir(), "one"), session.RestoreOptions{Seq: 1})
+	m := save(t, s, "k", src)
+	if m.Seq != 6 || m.Parent != 1 {
+		t.Errorf("a save past damaged manifests committed %d from %d; want 6 from 1", m.Seq, m.Parent)
+	}
+	// With a readable newest, the damaged ones are past the one kept.
+	if prep, err = s.Prune(ctx, session.PruneOptions{Keep: 1}); err != nil || len(prep.Snapshots) != 3 {
+		t.Errorf("prune --keep 1 after the save: %+v, %v; want 1, 2 and 5 removed", prep, err)
+	}
+	if got := restore(t, s, "k", filepath.Join(t.TempDir(), "six"), session.RestoreOptions{}); got.Seq != 6 {
+		t.Errorf("restored snapshot %d, want 6", got.Seq)
 	}
 }

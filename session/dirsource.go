@@ -67,7 +67,7 @@ func (d DirSource) Scan(ctx context.Context, prev *Manifest, sink Sink) error {
 			}
 		case fi.Mode().IsRegular():
 			e.Kind = KindFile
-			if o := old[p]; o != nil && o.Kind == KindFile && o.Size == fi.Size() && o.MTime == e.MTime {
+			if o := old[p]; o != nil && o.Kind == KindFile && o.Size == fi.Size() && o.MTime == e.MTime && held(ctx, sink, o) {
 				e.Size, e.Chunks = o.Size, o.Chunks
 			} else if err := d.readFile(ctx, root, ch, &e, sink); err != nil {
 				return fmt.Errorf("scan %s: %w", filepath.Join(d.Dir, p), err)
@@ -114,4 +114,17 @@ func (d DirSource) readFile(ctx context.Context, root *os.Root, ch *cdc.Chunker,
 		e.Chunks = append(e.Chunks, ChunkRef{ID: id, Size: int64(len(data))})
 		e.Size += int64(len(data))
 	}
+}
+
+// held reports whether sink holds every chunk of e, so that an unchanged
+// file may reuse e's chunk list: a chunk the store has lost is read from
+// the file again. A failed look-up counts as not held; the read that
+// follows reports any real trouble.
+func held(ctx context.Context, sink Sink, e *Entry) bool {
+	for _, c := range e.Chunks {
+		if ok, err := sink.Has(ctx, c.ID); err != nil || !ok {
+			return false
+		}
+	}
+	return true
 }

@@ -30,66 +30,112 @@ type PruneReport struct {
 	Chunks      int           `json:"chunks"`       // loose chunks removed
 	Packs       int           `json:"packs"`        // packs removed
 	StoredBytes int64         `json:"stored_bytes"` // of the removed chunks and packs
+	// Deferred are snapshots the options would have removed that are
+	// kept because a save of their key is in flight and may start from
+	// them; a later Prune removes them.
+	Deferred []SnapshotRef `json:"deferred,omitempty"`
+	// SavesInFlight counts the live save locks Prune found and kept
+	// what they may reuse for.
+	SavesInFlight int `json:"saves_in_flight,omitempty"`
+	// Unreadable are the snapshots whose manifests cannot be read. They
+	// are never counted as kept, never used as a save's start, and are
+	// removed only by OlderThan (by the age of their object).
+	Unreadable []BrokenSnapshot `json:"unreadable,omitempty"`
+	// TempFiles counts leftover temporary files of writers that died
+	// mid-Put (local stores), removed once older than the grace period.
+	TempFiles int `json:"temp_files,omitempty"`
+	// StaleLocks counts lock objects of saves and prunes that died
+	// without removing them, removed once expired.
+	StaleLocks int `json:"stale_locks,omitempty"`
+	// ChunksKept says why no chunk was removed, when none could be.
+	ChunksKept string `json:"chunks_kept,omitempty"`
 }
 
 // Prune removes snapshots as opts say, then every chunk that no remaining
-// snapshot references and whose last Put is older than the grace period
-// (Config.Grace), so that chunks a save in flight has just written or
-// refreshed survive. If a remaining manifest cannot be read, Prune
-// removes no chunk (it cannot know what that snapshot needs) and returns
-// an error after the snapshots it removed.
+// snapshot references and that no save in flight may reuse. See the
+// package doc for the protocol and why it is safe; in short:
+//
+//   - Prune takes a prune lock first, which makes saves that begin while
+//     it runs wait for it to end, and then lists the save locks.
+//   - The newest readable snapshot of a key with a save in flight is
+//     kept (Deferred): the save may reference its chunks.
+//   - A chunk is removed only if its last Put is older than the grace
+//     period (Config.Grace), and older than Grace/2 before the start of
+//     every save in flight.
+//   - Every deletion first checks that Prune's own lock has held.
+//
+// A manifest that does not decode is reported (Unreadable), never counted
+// among the Keep newest, and does not keep chunks: nothing can be restored
+// from it. If a manifest cannot be read for another reason (the backend
+// fails), Prune removes no chunk and returns an error after the snapshots
+// it removed.
 //
 // Packs: a pack is removed only when no remaining snapshot references any
-// of its chunks and both it and its index object are older than the grace
-// period, the index object first (a pack whose index object is missing is
-// read from its trailer; one whose content cannot be known stays). A pack
-// some of whose chunks are still used stays whole: Prune does not repack.
-//
-// Limitation: a save that started from a snapshot which Prune then removes
-// through OlderThan may reference chunks of it that Prune removes too; the
-// newest snapshot of a key is removed only through OlderThan.
+// of its chunks and both it and its index object are past the same
+// cut-off, the index object first (a pack whose index object is missing
+// is read from its trailer; one whose content cannot be known stays). A
+// pack some of whose chunks are still used stays whole: Prune does not
+// repack.
 func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
 	if opts.Keep < 0 || opts.OlderThan < 0 {
 		return nil, fmt.Errorf("session: prune: negative keep %d or age %v", opts.Keep, opts.OlderThan)
-	}
-	keys, err := s.Keys(ctx)
-	if err != nil {
-		return nil, err
 	}
 	if opts.Key != "" {
 		if err := ValidKey(opts.Key); err != nil {
 			return nil, err
 		}
 	}
-	// The cut-off for chunks is taken before the manifests are read: a
-	// chunk written after it is younger than the grace period in any case.
-	now := s.cfg.Now()
-	chunkCutoff := now.Add(-s.cfg.Grace)
+	lk, err := s.takeLock(ctx, pruneLockPrefix, "prune", "")
+	if err != nil {
+		return nil, fmt.Errorf("prune: %w", err)
+	}
+	defer lk.release(ctx)
 	rep := &PruneReport{}
+	// The cut-off for chunks is taken before the save locks and the
+	// manifests are read: a chunk written after it is younger than the
+	// grace period in any case.
+	now := s.cfg.Now()
+	cutoff := now.Add(-s.cfg.Grace)
+	saves, err := s.locks(ctx, saveLockPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("prune: %w", err)
+	}
+	inFlight := map[string]bool{}
+	var stale []string
+	unknown := ""
+	for _, l := range saves {
+		switch {
+		case l.expired(time.Now(), s.cfg.LockTTL):
+			if !l.ModTime.IsZero() {
+				stale = append(stale, l.Name)
+			}
+		case !l.ok:
+			// Its key and start are unknown: keep every key's newest
+			// snapshot and every chunk.
+			unknown = l.Name
+			rep.SavesInFlight++
+		default:
+			inFlight[l.body.Key] = true
+			rep.SavesInFlight++
+			if c := l.body.Started.Add(-s.cfg.Grace / 2); c.Before(cutoff) {
+				cutoff = c
+			}
+		}
+	}
+	keys, err := s.Keys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Manifests read while planning, by name and object ModTime: a
+	// committed manifest never changes, so the second pass below reads
+	// only what is new (or was removed and committed again).
+	seen := map[string]seenManifest{}
 	for _, k := range keys {
 		if opts.Key != "" && k != opts.Key {
 			continue
 		}
-		seqs, err := s.sequences(ctx, k)
-		if err != nil {
+		if err := s.pruneKey(ctx, lk, k, opts, now, inFlight[k] || unknown != "", seen, rep); err != nil {
 			return rep, err
-		}
-		for i, seq := range seqs {
-			drop := opts.Keep > 0 && i < len(seqs)-opts.Keep
-			if !drop && opts.OlderThan > 0 {
-				m, err := s.load(ctx, k, seq)
-				if err != nil {
-					return rep, fmt.Errorf("prune: %w", err)
-				}
-				drop = now.Sub(m.Time) > opts.OlderThan
-			}
-			if !drop {
-				continue
-			}
-			if err := s.b.Delete(ctx, manifestName(k, seq)); err != nil {
-				return rep, fmt.Errorf("prune: remove snapshot %d of %s: %w", seq, k, err)
-			}
-			rep.Snapshots = append(rep.Snapshots, SnapshotRef{k, seq})
 		}
 	}
 	used := map[ID]bool{}
@@ -97,43 +143,163 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 		return rep, err
 	}
 	for _, k := range keys {
-		seqs, err := s.sequences(ctx, k)
+		objs, err := s.snapshots(ctx, k)
 		if err != nil {
 			return rep, err
 		}
-		for _, seq := range seqs {
-			m, err := s.load(ctx, k, seq)
-			if err != nil {
-				return rep, fmt.Errorf("prune: no chunk removed: %w", err)
-			}
-			for _, e := range m.Entries {
-				for _, c := range e.Chunks {
-					used[c.ID] = true
+		for _, o := range objs {
+			ids, ok := seen[o.Name]
+			if !ok || !ids.at.Equal(o.ModTime) || ids.size != o.Size {
+				m, err := s.load(ctx, k, o.Seq)
+				if errors.Is(err, ErrManifest) {
+					rep.addUnreadable(SnapshotRef{k, o.Seq}, err)
+					continue
 				}
+				if errors.Is(err, ErrNoSnapshot) {
+					continue // removed meanwhile, by another prune
+				}
+				if err != nil {
+					return rep, fmt.Errorf("prune: no chunk removed: %w", err)
+				}
+				ids.chunks = chunkSet(m)
+			}
+			for _, id := range ids.chunks {
+				used[id] = true
 			}
 		}
 	}
+	if unknown != "" {
+		rep.ChunksKept = fmt.Sprintf("the save lock %s cannot be read", unknown)
+	} else if err := s.pruneChunks(ctx, lk, used, cutoff, rep); err != nil {
+		return rep, err
+	}
+	if tc, ok := s.b.(TempCleaner); ok {
+		n, err := tc.CleanTemp(ctx, now.Add(-s.cfg.Grace))
+		rep.TempFiles += n
+		if err != nil {
+			return rep, fmt.Errorf("prune: %w", err)
+		}
+	}
+	for _, name := range stale {
+		if err := s.b.Delete(ctx, name); err != nil {
+			return rep, fmt.Errorf("prune: remove %s: %w", name, err)
+		}
+		rep.StaleLocks++
+	}
+	return rep, nil
+}
+
+// seenManifest is what the planning pass of Prune kept of a manifest it
+// read: its chunks, and its object's ModTime and size to know it again.
+type seenManifest struct {
+	at     time.Time
+	size   int64
+	chunks []ID
+}
+
+func (r *PruneReport) addUnreadable(ref SnapshotRef, err error) {
+	for _, u := range r.Unreadable {
+		if u.SnapshotRef == ref {
+			return
+		}
+	}
+	r.Unreadable = append(r.Unreadable, BrokenSnapshot{SnapshotRef: ref, Err: err.Error()})
+}
+
+// pruneKey removes the snapshots of key that opts select, but not the
+// newest readable one when a save of key is in flight (busy), and
+// records the chunks of those it keeps in seen.
+func (s *Store) pruneKey(ctx context.Context, lk *lock, key string, opts PruneOptions, now time.Time, busy bool, seen map[string]seenManifest, rep *PruneReport) error {
+	objs, err := s.snapshots(ctx, key)
+	if err != nil {
+		return err
+	}
+	type snap struct {
+		snapshotObject
+		time time.Time // the manifest's, or its object's if unreadable
+		ok   bool
+	}
+	snaps := make([]snap, 0, len(objs))
+	for _, o := range objs {
+		m, err := s.load(ctx, key, o.Seq)
+		switch {
+		case errors.Is(err, ErrNoSnapshot):
+			continue // removed meanwhile, by another prune
+		case errors.Is(err, ErrManifest):
+			rep.addUnreadable(SnapshotRef{key, o.Seq}, err)
+			snaps = append(snaps, snap{o, o.ModTime, false})
+			continue
+		case err != nil:
+			return fmt.Errorf("prune: %w", err)
+		}
+		seen[o.Name] = seenManifest{o.ModTime, o.Size, chunkSet(m)}
+		snaps = append(snaps, snap{o, m.Time, true})
+	}
+	// keepFrom is the sequence number of the oldest of the Keep newest
+	// readable snapshots; the newest readable one is what a save starts
+	// from.
+	var keepFrom, newest int64
+	good := 0
+	for i := len(snaps) - 1; i >= 0; i-- {
+		if !snaps[i].ok {
+			continue
+		}
+		if newest == 0 {
+			newest = snaps[i].Seq
+		}
+		if good++; opts.Keep > 0 && good == opts.Keep {
+			keepFrom = snaps[i].Seq
+		}
+	}
+	for _, sn := range snaps {
+		drop := opts.Keep > 0 && keepFrom > 0 && sn.Seq < keepFrom
+		if opts.OlderThan > 0 && now.Sub(sn.time) > opts.OlderThan {
+			drop = true
+		}
+		if !drop {
+			continue
+		}
+		ref := SnapshotRef{key, sn.Seq}
+		if busy && sn.Seq == newest {
+			rep.Deferred = append(rep.Deferred, ref)
+			continue
+		}
+		if err := lk.valid(); err != nil {
+			return fmt.Errorf("prune: %w", err)
+		}
+		if err := s.b.Delete(ctx, sn.Name); err != nil {
+			return fmt.Errorf("prune: remove snapshot %d of %s: %w", sn.Seq, key, err)
+		}
+		delete(seen, sn.Name)
+		rep.Snapshots = append(rep.Snapshots, ref)
+	}
+	return nil
+}
+
+// pruneChunks removes the loose chunks and the packs that used does not
+// hold and whose objects were last written before cutoff.
+func (s *Store) pruneChunks(ctx context.Context, lk *lock, used map[ID]bool, cutoff time.Time, rep *PruneReport) error {
 	var drop []ObjectInfo
-	err = s.b.List(ctx, chunkPrefix, func(o ObjectInfo) error {
-		if id, ok := parseChunkName(o.Name); ok && !used[id] && o.ModTime.Before(chunkCutoff) {
+	err := s.b.List(ctx, chunkPrefix, func(o ObjectInfo) error {
+		if id, ok := parseChunkName(o.Name); ok && !used[id] && o.ModTime.Before(cutoff) {
 			drop = append(drop, o)
 		}
 		return nil
 	})
 	if err != nil {
-		return rep, fmt.Errorf("prune: list chunks: %w", err)
+		return fmt.Errorf("prune: list chunks: %w", err)
 	}
 	for _, o := range drop {
+		if err := lk.valid(); err != nil {
+			return fmt.Errorf("prune: %w", err)
+		}
 		if err := s.b.Delete(ctx, o.Name); err != nil {
-			return rep, fmt.Errorf("prune: remove %s: %w", o.Name, err)
+			return fmt.Errorf("prune: remove %s: %w", o.Name, err)
 		}
 		rep.Chunks++
 		rep.StoredBytes += o.Size
 	}
-	if err := s.prunePacks(ctx, used, chunkCutoff, rep); err != nil {
-		return rep, err
-	}
-	return rep, nil
+	return s.prunePacks(ctx, lk, used, cutoff, rep)
 }
 
 // prunePacks removes the packs none of whose chunks is in used and whose
@@ -142,7 +308,7 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 // some of whose chunks are used stays whole (Prune does not repack). The
 // chunks of a pack without a readable index object are read from its
 // trailer; a pack whose content cannot be known at all stays.
-func (s *Store) prunePacks(ctx context.Context, used map[ID]bool, cutoff time.Time, rep *PruneReport) error {
+func (s *Store) prunePacks(ctx context.Context, lk *lock, used map[ID]bool, cutoff time.Time, rep *PruneReport) error {
 	if err := s.refreshView(ctx, false); err != nil {
 		return fmt.Errorf("prune: %w", err)
 	}
@@ -183,12 +349,18 @@ func (s *Store) prunePacks(ctx context.Context, used map[ID]bool, cutoff time.Ti
 			continue
 		}
 		if es, ok := entries[id]; ok && !slices.ContainsFunc(es, func(e packEntry) bool { return used[e.ID] }) {
+			if err := lk.valid(); err != nil {
+				return fmt.Errorf("prune: %w", err)
+			}
 			if err := s.b.Delete(ctx, indexName(id)); err != nil {
 				return fmt.Errorf("prune: remove %s: %w", indexName(id), err)
 			}
 		}
 	}
 	for _, v := range drop {
+		if err := lk.valid(); err != nil {
+			return fmt.Errorf("prune: %w", err)
+		}
 		if v.indexed {
 			if err := s.b.Delete(ctx, indexName(v.id)); err != nil {
 				return fmt.Errorf("prune: remove %s: %w", indexName(v.id), err)

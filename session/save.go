@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Source is a tree to save. The local directory ([DirSource]) is one; a
@@ -61,17 +63,20 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 	if err := ValidKey(key); err != nil {
 		return nil, err
 	}
-	seqs, err := s.sequences(ctx, key)
+	// The lock comes before the first look at the store: a Prune that
+	// lists locks after it keeps what this save may reuse, and one that
+	// listed them before still holds its own lock, which waitPrunes sees.
+	lk, err := s.takeLock(ctx, saveLockPrefix, "save", key)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("save %s: %w", key, err)
 	}
-	var prev *Manifest
-	var parent int64
-	if len(seqs) > 0 {
-		parent = seqs[len(seqs)-1]
-		if prev, err = s.load(ctx, key, parent); err != nil {
-			return nil, fmt.Errorf("save %s: %w", key, err)
-		}
+	defer lk.release(ctx)
+	if _, err := s.waitPrunes(ctx); err != nil {
+		return nil, fmt.Errorf("save %s: %w", key, err)
+	}
+	prev, parent, last, err := s.parent(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("save %s: %w", key, err)
 	}
 	if s.cfg.Pack {
 		if err := s.refreshView(ctx, true); err != nil {
@@ -79,7 +84,7 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 		}
 	}
 	up := newGroup(ctx, uploadParallel)
-	sk := &sink{s: s, up: up, confirmed: map[ID]bool{}, absent: map[ID]bool{}, paths: map[string]bool{}}
+	sk := &sink{s: s, up: up, since: lk.body.Started.Add(-s.cfg.Grace / 2), confirmed: map[ID]bool{}, absent: map[ID]bool{}, paths: map[string]bool{}}
 	if s.cfg.Pack {
 		// Pack uploads run under ctx, not up's context: up is done (and
 		// its context cancelled) when the last chunk is in a pack, before
@@ -87,9 +92,22 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 		sk.pk = newPacker(ctx, s, up.fail)
 	}
 	if prev != nil {
+		// Only the chunks of prev the store still holds: a chunk lost
+		// since (damage, or a store written before locks) is sent again
+		// rather than referenced once more, so that one broken snapshot
+		// does not make every later one broken too.
+		missing, err := s.missingChunks(ctx, prev, false)
+		if err != nil {
+			return nil, fmt.Errorf("save %s: %w", key, err)
+		}
+		if len(missing) > 0 {
+			slog.Warn("session: the snapshot a save starts from lacks chunks; they are stored again", "key", key, "snapshot", parent, "missing", len(missing))
+		}
 		for _, e := range prev.Entries {
 			for _, c := range e.Chunks {
-				sk.confirmed[c.ID] = true
+				if !missing[c.ID] {
+					sk.confirmed[c.ID] = true
+				}
 			}
 		}
 	}
@@ -114,7 +132,7 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 	if err != nil {
 		return nil, fmt.Errorf("save %s: %w", key, err)
 	}
-	m, err := sk.manifest(key, parent+1, parent)
+	m, err := sk.manifest(key, last+1, parent)
 	if err != nil {
 		return nil, fmt.Errorf("save %s: %w", key, err)
 	}
@@ -122,6 +140,11 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 	data, err := encodeManifest(m)
 	if err != nil {
 		return nil, err
+	}
+	// A lock that lapsed may have let a Prune miss this save and remove
+	// a chunk it reuses: commit nothing then.
+	if err := lk.valid(); err != nil {
+		return nil, fmt.Errorf("save %s: nothing committed: %w", key, err)
 	}
 	if err := s.b.Put(ctx, manifestName(key, m.Seq), bytes.NewReader(data), true); err != nil {
 		if errors.Is(err, fs.ErrExist) {
@@ -139,6 +162,9 @@ type sink struct {
 	s  *Store
 	up *group
 	pk *packer // with Config.Pack: chunks go into packs
+	// since is the oldest last Put of a chunk the store holds that the
+	// save may reuse without writing it again, by the backend's clock.
+	since time.Time
 
 	mu sync.Mutex
 	// confirmed are the chunks entries may reference: held by the store,
@@ -180,18 +206,19 @@ func (k *sink) Has(ctx context.Context, id ID) (bool, error) {
 	return fresh, nil
 }
 
-// fresh reports whether chunk id exists and was written within Grace/2,
-// so that Prune will not remove it before the save commits.
+// fresh reports whether chunk id exists and was last written after
+// k.since, half the grace period before this save's lock was taken: a
+// Prune keeps every such chunk while the lock lives (see the package
+// doc), however long the save takes. An older one is written again.
 func (k *sink) fresh(ctx context.Context, id ID) (bool, error) {
 	if k.pk != nil {
 		// From the listings Save began with: no request per chunk. A
 		// chunk stored since then by another writer is stored again.
-		now, half := k.s.cfg.Now(), k.s.cfg.Grace/2
-		if t, ok := k.s.looseTime(id); ok && now.Sub(t) < half {
+		if t, ok := k.s.looseTime(id); ok && t.After(k.since) {
 			return true, nil
 		}
 		loc, ok, listed := k.s.packed(id)
-		return ok && listed && now.Sub(loc.time) < half, nil
+		return ok && listed && loc.time.After(k.since), nil
 	}
 	o, err := k.s.b.Stat(ctx, chunkName(id))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -200,7 +227,7 @@ func (k *sink) fresh(ctx context.Context, id ID) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("stat chunk %s: %w", id, err)
 	}
-	return k.s.cfg.Now().Sub(o.ModTime) < k.s.cfg.Grace/2, nil
+	return o.ModTime.After(k.since), nil
 }
 
 func (k *sink) Put(ctx context.Context, data []byte) (ID, error) {

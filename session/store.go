@@ -1,10 +1,12 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,11 +21,11 @@ type Config struct {
 	// Backend holds the store's objects. Required.
 	Backend Backend
 	// Grace protects new chunks from Prune: an unreferenced chunk is
-	// removed only once its last Put is older than Grace, so a Save must
-	// commit within Grace of writing its chunks. A Save also rewrites an
-	// existing chunk it reuses that is older than Grace/2 and not in the
-	// snapshot it started from, so that a concurrent Prune cannot take
-	// it. [DefaultGrace] if zero.
+	// removed only once its last Put is older than Grace, and older than
+	// Grace/2 before the start of every Save in flight. A Save rewrites
+	// an existing chunk it reuses that was last written more than Grace/2
+	// before it began and is not in the snapshot it starts from (see the
+	// package doc). [DefaultGrace] if zero.
 	Grace time.Duration
 	// Now is the clock [time.Now if nil].
 	Now func() time.Time
@@ -38,6 +40,11 @@ type Config struct {
 	// PackSize is the size at which a pack is sealed and uploaded; at
 	// most MaxPackSize/2. DefaultPackSize if zero.
 	PackSize int
+	// LockTTL is how long a Save's or a Prune's lock object outlives its
+	// last renewal (see the package doc): what a save that crashed keeps
+	// from Prune, and how long a prune that crashed makes saves wait.
+	// [DefaultLockTTL] if zero.
+	LockTTL time.Duration
 }
 
 // DefaultPackSize is Config.PackSize's default: a pack is one GET of a
@@ -54,6 +61,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.PackSize == 0 {
 		c.PackSize = DefaultPackSize
+	}
+	if c.LockTTL == 0 {
+		c.LockTTL = DefaultLockTTL
 	}
 }
 
@@ -72,6 +82,9 @@ type Store struct {
 func New(cfg Config) (*Store, error) {
 	if cfg.Backend == nil {
 		return nil, errors.New("session: nil backend")
+	}
+	if cfg.LockTTL < 0 || cfg.LockTTL > 0 && cfg.LockTTL < 60*time.Millisecond {
+		return nil, fmt.Errorf("session: lock TTL %v: want 60ms or more", cfg.LockTTL)
 	}
 	if cfg.Grace < 0 {
 		return nil, fmt.Errorf("session: negative grace %v", cfg.Grace)
@@ -100,22 +113,68 @@ func ValidKey(key string) error {
 	return nil
 }
 
-// sequences returns the committed sequence numbers of key, ascending.
-func (s *Store) sequences(ctx context.Context, key string) ([]int64, error) {
-	var seqs []int64
+// snapshotObject is one committed manifest object of a key.
+type snapshotObject struct {
+	Seq int64
+	ObjectInfo
+}
+
+// snapshots lists the committed manifest objects of key, by ascending
+// sequence number.
+func (s *Store) snapshots(ctx context.Context, key string) ([]snapshotObject, error) {
+	var out []snapshotObject
 	prefix := snapshotPrefix + key + "/"
 	err := s.b.List(ctx, prefix, func(o ObjectInfo) error {
 		n, err := strconv.ParseInt(strings.TrimPrefix(o.Name, prefix), 10, 64)
 		if err == nil && n > 0 && strconv.FormatInt(n, 10) == o.Name[len(prefix):] {
-			seqs = append(seqs, n)
+			out = append(out, snapshotObject{n, o})
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots of %s: %w", key, err)
 	}
-	slices.Sort(seqs)
+	slices.SortFunc(out, func(a, b snapshotObject) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out, nil
+}
+
+// sequences returns the committed sequence numbers of key, ascending.
+func (s *Store) sequences(ctx context.Context, key string) ([]int64, error) {
+	objs, err := s.snapshots(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	seqs := make([]int64, len(objs))
+	for i, o := range objs {
+		seqs[i] = o.Seq
+	}
 	return seqs, nil
+}
+
+// parent finds what a save of key starts from: the newest snapshot whose
+// manifest reads (prev, with sequence number parent; nil and 0 if none)
+// and the newest sequence number committed (last), which the save's
+// commit follows. A damaged manifest is passed over, with a warning, so
+// that saves go on past it; a backend failure is an error.
+func (s *Store) parent(ctx context.Context, key string) (prev *Manifest, parent, last int64, err error) {
+	seqs, err := s.sequences(ctx, key)
+	if err != nil || len(seqs) == 0 {
+		return nil, 0, 0, err
+	}
+	last = seqs[len(seqs)-1]
+	for i := len(seqs) - 1; i >= 0; i-- {
+		m, err := s.load(ctx, key, seqs[i])
+		if errors.Is(err, ErrManifest) || errors.Is(err, ErrNoSnapshot) {
+			// Damaged, or pruned since the listing.
+			slog.Warn("session: passing over a snapshot that cannot be read", "key", key, "snapshot", seqs[i], "err", err)
+			continue
+		}
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		return m, seqs[i], last, nil
+	}
+	return nil, 0, last, nil
 }
 
 // Keys returns the keys that have at least one snapshot, sorted.

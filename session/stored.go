@@ -29,11 +29,33 @@ func (s *Store) ReadStored(ctx context.Context, id ID, buf []byte) ([]byte, erro
 // run lookupParallel at a time; the first backend failure cancels the
 // rest, and every look-up has returned when CheckPresent does.
 func (s *Store) CheckPresent(ctx context.Context, m *Manifest) error {
+	return s.checkPresent(ctx, m, true)
+}
+
+// missingChunks is the set of chunks m references that the store lacks,
+// by CheckPresent's look-ups; with Config.Pack, from the view as it is
+// (refreshed by the caller).
+func (s *Store) missingChunks(ctx context.Context, m *Manifest, refresh bool) (map[ID]bool, error) {
+	err := s.checkPresent(ctx, m, refresh)
+	var ie *IntegrityError
+	if !errors.As(err, &ie) {
+		return nil, err
+	}
+	missing := make(map[ID]bool, len(ie.Missing))
+	for _, id := range ie.Missing {
+		missing[id] = true
+	}
+	return missing, nil
+}
+
+func (s *Store) checkPresent(ctx context.Context, m *Manifest, refresh bool) error {
 	ids := chunkSet(m)
 	ie := &IntegrityError{Key: m.Key, Seq: m.Seq}
 	if s.cfg.Pack {
-		if err := s.refreshView(ctx, true); err != nil {
-			return err
+		if refresh {
+			if err := s.refreshView(ctx, true); err != nil {
+				return err
+			}
 		}
 		for _, id := range ids {
 			if _, ok := s.looseTime(id); ok {

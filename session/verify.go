@@ -33,10 +33,13 @@ type VerifyReport struct {
 	Packs     int `json:"packs"`     // packs read whole and checked against their names
 	// PackFaults are the pack and index objects found damaged, missing
 	// or disagreeing with each other, sorted by object.
-	PackFaults []PackFault      `json:"pack_faults,omitempty"`
-	Missing    []ID             `json:"missing"` // referenced, not in the store
-	Corrupt    []ID             `json:"corrupt"` // in the store, not matching their ID
-	Broken     []BrokenSnapshot `json:"broken"`
+	PackFaults []PackFault `json:"pack_faults,omitempty"`
+	// TempFiles counts the leftover temporary files of writers killed
+	// mid-Put (local stores) that Verify removed, past the grace period.
+	TempFiles int              `json:"temp_files,omitempty"`
+	Missing   []ID             `json:"missing"` // referenced, not in the store
+	Corrupt   []ID             `json:"corrupt"` // in the store, not matching their ID
+	Broken    []BrokenSnapshot `json:"broken"`
 }
 
 // PackFault is one pack or index object at fault.
@@ -54,8 +57,10 @@ func (r *VerifyReport) OK() bool {
 // re-hashes every chunk they reference; with key "" it also re-hashes the
 // chunks no snapshot references, and reads every pack whole: it must hash
 // to its name and agree with its index object. Pack and index objects at
-// fault are named in PackFaults; RepairIndexes rebuilds index objects. Damage is reported in the result, not as
-// an error: the error is for a backend that fails.
+// fault are named in PackFaults; RepairIndexes rebuilds index objects.
+// With key "" it also removes the temporary files a writer killed mid-Put
+// left behind, once past the grace period (TempFiles). Damage is reported
+// in the result, not as an error: the error is for a backend that fails.
 func (s *Store) Verify(ctx context.Context, key string) (*VerifyReport, error) {
 	keys := []string{key}
 	if key == "" {
@@ -145,6 +150,13 @@ func (s *Store) Verify(ctx context.Context, key string) (*VerifyReport, error) {
 		}
 		if err := s.verifyPacks(ctx, rep, users, fault); err != nil {
 			return nil, err
+		}
+		if tc, ok := s.b.(TempCleaner); ok {
+			n, err := tc.CleanTemp(ctx, s.cfg.Now().Add(-s.cfg.Grace))
+			rep.TempFiles = n
+			if err != nil {
+				return nil, err
+			}
 		}
 	}
 	s.view.mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/spf13/afero"
 
@@ -252,4 +253,37 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+var _ session.TempCleaner = (*Backend)(nil)
+
+// CleanTemp implements session.TempCleaner: it removes the temporary
+// files of Puts (".tmp-" and random hex, beside the object they were to
+// become) last written before before, which only a writer killed mid-Put
+// leaves behind, and returns how many it removed.
+func (b *Backend) CleanTemp(ctx context.Context, before time.Time) (int, error) {
+	n := 0
+	err := afero.Walk(b.fs, ".", func(p string, fi fs.FileInfo, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if fi.IsDir() || !fi.Mode().IsRegular() || !strings.HasPrefix(fi.Name(), tmpMark) || !fi.ModTime().Before(before) {
+			return nil
+		}
+		if err := b.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove temporary file %s: %w", filepath.ToSlash(p), err)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("clean temporary files: %w", err)
+	}
+	return n, nil
 }
