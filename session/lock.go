@@ -216,7 +216,12 @@ func (s *Store) locks(ctx context.Context, prefix string) ([]heldLock, error) {
 		}
 		b := &out[i].body
 		out[i].ok = len(data) <= maxLockBody && json.Unmarshal(data, b) == nil &&
-			(b.Kind == "prune" || b.Kind == "save" && ValidKey(b.Key) == nil && !b.Started.IsZero())
+			(b.Kind == "prune" || b.Kind == "save" && ValidKey(b.Key) == nil)
+		if out[i].ok && b.Kind == "save" && b.Started.IsZero() {
+			// The lock's first Put, which its holder has not read back
+			// yet: its ModTime is the start. Renewals carry Started.
+			b.Started = out[i].ModTime
+		}
 	}
 	return out, nil
 }
@@ -253,3 +258,8 @@ func (s *Store) waitPrunes(ctx context.Context) (waited bool, err error) {
 		}
 	}
 }
+
+// tempAge is the age past which a backend's temporary file is a dead
+// writer's: the grace period, and never under DefaultGrace, as a Put in
+// flight owns its file however short a grace the operator picked.
+func (s *Store) tempAge() time.Duration { return max(s.cfg.Grace, DefaultGrace) }
