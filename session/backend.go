@@ -76,8 +76,9 @@ type LocalRanger interface {
 // TempCleaner is a Backend that keeps temporary objects of its own, such
 // as the files a local Put writes before it renames them into place,
 // which a writer killed mid-Put leaves behind. Prune and Verify have it
-// remove those last written before a time (the grace period ago, so that
-// no Put in flight loses its file) and report how many.
+// remove those last written before a time (the grace period ago, and at
+// least DefaultGrace: a short grace chosen for chunks must not take the
+// file of a Put in flight) and report how many.
 type TempCleaner interface {
 	CleanTemp(ctx context.Context, before time.Time) (int, error)
 }

@@ -174,7 +174,7 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 		return rep, err
 	}
 	if tc, ok := s.b.(TempCleaner); ok {
-		n, err := tc.CleanTemp(ctx, now.Add(-s.cfg.Grace))
+		n, err := tc.CleanTemp(ctx, now.Add(-s.tempAge()))
 		rep.TempFiles += n
 		if err != nil {
 			return rep, fmt.Errorf("prune: %w", err)

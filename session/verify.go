@@ -152,7 +152,7 @@ func (s *Store) Verify(ctx context.Context, key string) (*VerifyReport, error) {
 			return nil, err
 		}
 		if tc, ok := s.b.(TempCleaner); ok {
-			n, err := tc.CleanTemp(ctx, s.cfg.Now().Add(-s.cfg.Grace))
+			n, err := tc.CleanTemp(ctx, s.cfg.Now().Add(-s.tempAge()))
 			rep.TempFiles = n
 			if err != nil {
 				return nil, err
