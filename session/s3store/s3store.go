@@ -35,7 +35,8 @@ const (
 	// maxSize is the largest object one PUT can store.
 	maxSize = 5 << 30
 	// conflictRetries bounds the retries of an exclusive Put that got 409
-	// ConditionalRequestConflict (a concurrent conditional write on AWS).
+	// ConditionalRequestConflict (a concurrent conditional write on AWS),
+	// and of any Put that met a directory being removed (isDirRace).
 	conflictRetries = 5
 )
 
@@ -235,7 +236,7 @@ func (b *Backend) Put(ctx context.Context, name string, r io.Reader, exclusive b
 	}
 	for try := 0; ; try++ {
 		err = b.putObject(ctx, b.key(name), body, size, exclusive)
-		if !exclusive || !isConflict(err) || try == conflictRetries {
+		if !(exclusive && isConflict(err) || isDirRace(err)) || try == conflictRetries {
 			break
 		}
 		if _, err := body.Seek(0, io.SeekStart); err != nil {
@@ -399,6 +400,15 @@ func isPrecondition(err error) bool {
 func isConflict(err error) bool {
 	er, ok := errorResponse(err)
 	return ok && er.StatusCode == http.StatusConflict && er.Code == "ConditionalRequestConflict"
+}
+
+// isDirRace reports versitygw's ExistingObjectIsDirectory for a key
+// under a "directory" that a concurrent Delete of its last object was
+// removing: its posix backend keeps prefixes as directories and removes
+// the empty ones. The PUT stored nothing; a retry succeeds.
+func isDirRace(err error) bool {
+	er, ok := errorResponse(err)
+	return ok && er.Code == "ExistingObjectIsDirectory"
 }
 
 // ctxReader fails reads once ctx is done.
