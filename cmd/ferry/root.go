@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -40,6 +41,7 @@ type globals struct {
 	compress   string
 	store      string
 	s3Endpoint string
+	grace      time.Duration // prune's --grace; 0: session.DefaultGrace
 }
 
 // agentBundle is where the agent builds come from: the ones embedded by

@@ -82,7 +82,7 @@ func (g *globals) openStoreCached(ctx context.Context, cached bool) (*session.St
 		}
 		b = lb
 	}
-	return session.New(session.Config{Backend: b, Pack: pack})
+	return session.New(session.Config{Backend: b, Pack: pack, Grace: g.grace})
 }
 
 // exitVerify is `ferry session verify`'s exit code when the store is
@@ -365,6 +365,9 @@ for verify to report), and names each one it rewrote on stderr.`,
 			}
 			if !g.json && !g.quiet {
 				fmt.Fprintf(s.err, "ok: %d snapshots, %d chunks\n", rep.Snapshots, rep.Chunks)
+				if rep.TempFiles > 0 {
+					fmt.Fprintf(s.err, "removed %d leftover temporary file(s)\n", rep.TempFiles)
+				}
 			}
 			return nil
 		},
@@ -381,13 +384,28 @@ func newSessionPruneCmd(g *globals, s streams) *cobra.Command {
 		Long: `Remove snapshots past the newest --keep N of each key, or older than
 --older-than DUR (which may remove every snapshot of an idle key), then the
 chunks no remaining snapshot references, once they are older than the
-store's grace period (an hour), so that a save in flight is never broken.
-With neither flag, only such chunks go.`,
+grace period (--grace, an hour by default). With neither flag, only such
+chunks go.
+
+Prune is safe beside saves on any node: it takes a lock object in the
+store, keeps the newest snapshot of a key that a save is writing
+("deferred": a later prune removes it) and every chunk such a save may
+reuse; a save that starts while a prune runs waits for it. A snapshot
+whose manifest cannot be read is named, never counted among the kept
+ones, and removed only by --older-than. Leftover temporary files of
+writers that were killed (local stores) go once past the grace period.
+
+With --json the report is one object: snapshots, chunks, packs,
+stored_bytes, deferred, saves_in_flight, unreadable, temp_files,
+stale_locks, chunks_kept.`,
 		Example: `  ferry session prune --keep 3 --older-than 720h`,
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Keep < 0 || opts.OlderThan < 0 {
 				return usagef("--keep and --older-than must not be negative")
+			}
+			if g.grace < 0 {
+				return usagef("--grace must not be negative")
 			}
 			if opts.Key != "" {
 				if err := session.ValidKey(opts.Key); err != nil {
@@ -407,11 +425,25 @@ With neither flag, only such chunks go.`,
 					err = e
 				}
 			}
+			if rep != nil && !g.json {
+				for _, u := range rep.Unreadable {
+					fmt.Fprintf(s.err, "ferry: unreadable snapshot %s kept out of the count: %s\n", u.SnapshotRef, u.Err)
+				}
+			}
 			if err != nil {
 				return err
 			}
 			if !g.json && !g.quiet {
-				fmt.Fprintf(s.err, "removed %d snapshot(s) and %d chunk(s), %s stored\n", len(rep.Snapshots), rep.Chunks, humanBytes(rep.StoredBytes))
+				fmt.Fprintf(s.err, "removed %d snapshot(s) and %d chunk(s), %s stored\n", len(rep.Snapshots), rep.Chunks+rep.Packs, humanBytes(rep.StoredBytes))
+				if len(rep.Deferred) > 0 {
+					fmt.Fprintf(s.err, "kept %d snapshot(s) a save in flight starts from: %v\n", len(rep.Deferred), rep.Deferred)
+				}
+				if rep.ChunksKept != "" {
+					fmt.Fprintf(s.err, "removed no chunk: %s\n", rep.ChunksKept)
+				}
+				if rep.TempFiles > 0 || rep.StaleLocks > 0 {
+					fmt.Fprintf(s.err, "removed %d leftover temporary file(s) and %d stale lock(s)\n", rep.TempFiles, rep.StaleLocks)
+				}
 			}
 			return nil
 		},
@@ -419,6 +451,7 @@ With neither flag, only such chunks go.`,
 	cmd.Flags().IntVar(&opts.Keep, "keep", 0, "keep the N newest snapshots of each key (0: no limit)")
 	cmd.Flags().DurationVar(&opts.OlderThan, "older-than", 0, "remove snapshots older than this (0: no limit)")
 	cmd.Flags().StringVar(&opts.Key, "key", "", "remove snapshots of this key only (chunks are collected across keys)")
+	cmd.Flags().DurationVar(&g.grace, "grace", 0, "remove unreferenced chunks only once older than this (0: an hour)")
 	return cmd
 }
 
