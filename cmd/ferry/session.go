@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -149,10 +150,12 @@ func newSessionSaveCmd(g *globals, s streams) *cobra.Command {
 		Long: `Save the directory DIR of the sandbox as the next snapshot of KEY in the
 session store. Only chunks the store lacks are stored. Of two saves of one
 key that race, exactly one commits; the other fails naming the key and
-commits nothing.
+commits nothing. A relay lost after the commit does not fail the save:
+ferry says "committed snapshot N of KEY, then lost the relay" and exits 0.
 
 With --json it prints files, bytes, wire_bytes, new_chunks, new_bytes,
-seconds, snapshot (the sequence number committed), key and mode.`,
+seconds, snapshot (the sequence number committed), key and mode, and
+relay_lost (the channel's error) when the relay was lost after the commit.`,
 		Example: `  ferry session save box:.codex rtzll-rascal-42-1a2b3c4d5e`,
 		Args:    exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -181,10 +184,15 @@ seconds, snapshot (the sequence number committed), key and mode.`,
 			if err != nil {
 				return err
 			}
+			if res.RelayLost != "" {
+				// Said even with --quiet: the snapshot is safe, the relay
+				// is not.
+				fmt.Fprintf(s.err, "ferry: committed snapshot %d of %s, then lost the relay: %s\n", res.Snapshot, key, oneLine(errors.New(res.RelayLost)))
+			}
 			switch {
 			case g.json:
 				return json.NewEncoder(s.out).Encode(res)
-			case !g.quiet:
+			case !g.quiet && res.RelayLost == "":
 				fmt.Fprintf(s.err, "saved %s as snapshot %d of %s: %d files, %s, %s new in %.1fs\n",
 					args[0], res.Snapshot, key, res.Files, humanBytes(res.Bytes), humanBytes(res.NewBytes), res.Seconds)
 			}
