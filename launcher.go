@@ -589,6 +589,17 @@ func (l *Launcher) finish(ctx context.Context, dir string, rec *launchRecord, sb
 		return State{Running: true}, fmt.Errorf("finish run %s: %w", rec.RunID, err)
 	}
 	log.Info("run finished", "exit_code", code, "timed_out", st.TimedOut, "lost", rec.Lost, "saved", pres.Saved)
+	lost := pres.RelayLost
+	for _, r := range results {
+		if r.Saved != nil && r.Saved.RelayLost != "" {
+			lost = r.Saved.RelayLost
+		}
+	}
+	if lost != "" {
+		// No failed finish: what was pulled is in place, and each saved
+		// session's snapshot is committed.
+		log.Warn("relay lost after the finish had done its work", "err", lost)
+	}
 	return State{ExitCode: code}, nil
 }
 

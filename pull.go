@@ -40,6 +40,10 @@ type PullResult struct {
 	WireBytes int64    `json:"wire_bytes"`
 	Seconds   float64  `json:"seconds"`
 	Mode      string   `json:"mode"`
+	// RelayLost is set by a run when the channel failed after its pull
+	// had placed the artifacts (see RunResult); it holds the channel's
+	// error.
+	RelayLost string `json:"relay_lost,omitempty"`
 }
 
 // Pull saves the run artifacts found in metaDir in the sandbox into out,

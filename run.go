@@ -84,6 +84,9 @@ type RunResult struct {
 // ctx, so that meta.json reaches the host however the command ended. The
 // error is the first failure of the run itself; a failed pull after a
 // finished command is reported in RunResult.PullErr (ErrNoMeta included).
+// A channel lost after the pull and the session saves had succeeded is no
+// failure of either: Pull.RelayLost and each saved session's RelayLost
+// say so.
 func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	var res RunResult
 	if spec.Out == "" {
@@ -225,7 +228,9 @@ func prepareRun(ctx context.Context, sb Sandbox, r remote, spec RunSpec) ([]RunS
 // finishRun is the post-exec phase: the artifacts, then the sessions,
 // through one connection (one exec in agent mode). It fills in sessions'
 // results and returns the pull, its error, and the first failed session
-// save.
+// save. A channel that fails once the pull and the saves are done fails
+// neither: it is reported in the pull's and each saved session's
+// RelayLost.
 func finishRun(ctx context.Context, sb Sandbox, spec RunSpec, sessions []RunSession) (pres PullResult, pullErr, sessionErr error) {
 	r, err := sb.open(ctx)
 	if err != nil {
@@ -258,11 +263,18 @@ func finishThrough(ctx context.Context, sb Sandbox, r remote, spec RunSpec, sess
 		sessions[i].Saved = &sr
 	}
 	if err := r.close(); err != nil {
-		if pullErr == nil {
-			pullErr = fmt.Errorf("pull from %s: %w", sb.Name, err)
+		// The channel failed after the work: what succeeded above is
+		// complete (the artifacts are in place, each saved snapshot is
+		// committed) and is reported so, with the failure beside it.
+		// Failing them would send a caller to retry, and a retried save
+		// stores the same tree again as a new snapshot.
+		if pullErr == nil || errors.Is(pullErr, ErrNoMeta) {
+			pres.RelayLost = err.Error()
 		}
-		if sessionErr == nil && len(spec.Sessions) > 0 {
-			sessionErr = err
+		for i := range sessions {
+			if sessions[i].Saved != nil {
+				sessions[i].Saved.RelayLost = err.Error()
+			}
 		}
 	}
 	return pres, pullErr, sessionErr

@@ -30,6 +30,12 @@ type SessionSaveResult struct {
 	WireBytes int64   `json:"wire_bytes"`
 	Seconds   float64 `json:"seconds"`
 	Mode      string  `json:"mode"`
+	// RelayLost is set when the channel to the sandbox failed after the
+	// commit (a relay lost, or the agent's exit status unreadable): the
+	// snapshot is committed and complete all the same, so the save
+	// succeeded, and a retry would only store the same tree again. It
+	// holds the channel's error.
+	RelayLost string `json:"relay_lost,omitempty"`
 }
 
 // SaveSession stores the directory remoteDir of the sandbox as the next
@@ -44,6 +50,12 @@ type SessionSaveResult struct {
 // removed afterwards) and chunks it here; the store still dedups. A
 // symlink in the directory that resolves outside it is refused in POSIX
 // mode, as by Download.
+//
+// A save that returns no error committed its snapshot, even when the
+// channel failed after the commit: that failure is in the result's
+// RelayLost, not an error. An error means nothing was committed (a
+// commit's own result is the store's: once Store.Save has returned the
+// manifest, the snapshot is in the store).
 func SaveSession(ctx context.Context, sb Sandbox, st *session.Store, remoteDir, key string) (SessionSaveResult, error) {
 	start := time.Now()
 	if st == nil {
@@ -62,8 +74,9 @@ func SaveSession(ctx context.Context, sb Sandbox, st *session.Store, remoteDir, 
 		return res, err
 	}
 	if err := r.close(); err != nil {
-		// The snapshot is committed and complete: the channel failed after.
-		return SessionSaveResult{}, fmt.Errorf("save session %s:%s: snapshot %d of %s committed, then: %w", sb.Name, remoteDir, res.Snapshot, key, err)
+		// The snapshot is committed and complete: the channel failed
+		// after. Failing the save would send a caller to retry it.
+		res.RelayLost = err.Error()
 	}
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil

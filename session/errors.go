@@ -27,6 +27,10 @@ var (
 	ErrManifest = errors.New("session: invalid manifest")
 	// ErrInvalidKey matches a key that is not a valid store name.
 	ErrInvalidKey = errors.New("session: invalid key")
+	// ErrNoStore matches opening a store that does not exist (a local
+	// directory, an S3 bucket) with a backend's constructor that does not
+	// create one.
+	ErrNoStore = errors.New("session: no such store")
 )
 
 // ConflictError is the error of a Save whose commit lost: the snapshot

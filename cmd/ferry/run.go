@@ -42,7 +42,9 @@ it is ready; --delete removes it at the end whatever happened.
 --session KEY:REMOTE restores the task's session snapshot KEY from the
 session store (--store) into REMOTE before the command (nothing on a
 task's first run) and saves REMOTE as a new snapshot after it, also after a
-failure or a timeout.
+failure or a timeout. A relay lost once that snapshot is committed does not
+change ferry's exit code: it says "committed snapshot N of KEY, then lost the
+relay", and --json has relay_lost in the session's "saved".
 
 In agent mode the agent's agent.ndjson is shown live as it grows, a line at
 a time, on stdout with the command's own output (--follow=false: not).`,
@@ -135,10 +137,17 @@ a time, on stdout with the command's own output (--follow=false: not).`,
 			} else if !g.quiet && !g.json {
 				fmt.Fprintf(s.err, "ferry: artifacts in %s: %s\n", spec.Out, strings.Join(res.Pull.Saved, ", "))
 			}
+			// A relay lost once the pull and the saves were done fails
+			// neither: say it once, on the sessions' lines if any.
+			lostShown := false
 			for _, rs := range res.Sessions {
 				switch {
 				case rs.Error != "":
 					fmt.Fprintf(s.err, "ferry: session %s: %s\n", rs.Key, oneLine(errors.New(rs.Error)))
+				case rs.Saved != nil && rs.Saved.RelayLost != "":
+					fmt.Fprintf(s.err, "ferry: committed snapshot %d of %s, then lost the relay: %s\n",
+						rs.Saved.Snapshot, rs.Key, oneLine(errors.New(rs.Saved.RelayLost)))
+					lostShown = true
 				case g.quiet || g.json:
 				case rs.Saved != nil:
 					resumed := "first run"
@@ -148,6 +157,9 @@ a time, on stdout with the command's own output (--follow=false: not).`,
 					fmt.Fprintf(s.err, "ferry: session %s: %s; saved snapshot %d: %d files, %d bytes, %d new, %d bytes over the relay\n",
 						rs.Key, resumed, rs.Saved.Snapshot, rs.Saved.Files, rs.Saved.Bytes, rs.Saved.NewBytes, rs.Saved.WireBytes)
 				}
+			}
+			if res.Pull.RelayLost != "" && !lostShown {
+				fmt.Fprintf(s.err, "ferry: pulled the artifacts into %s, then lost the relay: %s\n", spec.Out, oneLine(errors.New(res.Pull.RelayLost)))
 			}
 			if err != nil {
 				if cmd.Context().Err() != nil {

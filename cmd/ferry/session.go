@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/afero"
 	"github.com/spf13/cobra"
 
 	"github.com/ferry-dev/ferry"
@@ -25,18 +27,39 @@ import (
 // says, see s3store.CommitMode) read through the chunk cache in
 // $FERRY_CACHE_DIR (cache.DefaultDir; "off": none), and written in packs
 // (session.Config.Pack); anything else is a directory, written one
-// object per chunk as before.
+// object per chunk as before, and created if missing: openStore is for
+// the commands that save. A bucket is never created.
 func (g *globals) openStore(ctx context.Context) (*session.Store, error) {
-	return g.openStoreCached(ctx, true)
+	return g.openStoreAs(ctx, true, true)
 }
 
-// openStoreUncached is openStore without the chunk cache: for verify,
-// which must read the store's own copies.
+// openExistingStore is openStore for the commands that only read or
+// clean the store (list, restore, prune): a missing store is a
+// *storeMissingError, never created where a path was mistyped.
+func (g *globals) openExistingStore(ctx context.Context) (*session.Store, error) {
+	return g.openStoreAs(ctx, true, false)
+}
+
+// openStoreUncached is openExistingStore without the chunk cache: for
+// verify, which must read the store's own copies.
 func (g *globals) openStoreUncached(ctx context.Context) (*session.Store, error) {
-	return g.openStoreCached(ctx, false)
+	return g.openStoreAs(ctx, false, false)
 }
 
-func (g *globals) openStoreCached(ctx context.Context, cached bool) (*session.Store, error) {
+// storeMissingError is a session store that does not exist: a directory
+// (which a save creates) or an S3 bucket (which ferry never creates).
+type storeMissingError struct {
+	loc, why string
+	dir      bool
+	err      error // matches session.ErrNoStore
+}
+
+func (e *storeMissingError) Error() string {
+	return "session store " + e.loc + " does not exist" + e.why
+}
+func (e *storeMissingError) Unwrap() error { return e.err }
+
+func (g *globals) openStoreAs(ctx context.Context, cached, create bool) (*session.Store, error) {
 	loc := g.store
 	if loc == "" {
 		var err error
@@ -54,7 +77,15 @@ func (g *globals) openStoreCached(ctx context.Context, cached bool) (*session.St
 		}
 		c.Endpoint = g.s3Endpoint
 		c.Commit = s3store.CommitMode(os.Getenv("FERRY_S3_COMMIT"))
-		sb, err := s3store.New(ctx, s3store.FromEnv(c))
+		c = s3store.FromEnv(c)
+		sb, err := s3store.New(ctx, c)
+		if errors.Is(err, session.ErrNoStore) {
+			endpoint := c.Endpoint
+			if endpoint == "" {
+				endpoint = s3store.DefaultEndpoint
+			}
+			return nil, &storeMissingError{loc: loc, why: fmt.Sprintf(": no bucket %s at %s (ferry creates none)", c.Bucket, endpoint), err: err}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("session store %s: %w", loc, err)
 		}
@@ -76,7 +107,14 @@ func (g *globals) openStoreCached(ctx context.Context, cached bool) (*session.St
 	case strings.Contains(loc, "://"):
 		return nil, usagef("session store %s: want a directory or s3://BUCKET/PREFIX", loc)
 	default:
-		lb, err := local.NewDir(loc)
+		open := local.OpenDir
+		if create {
+			open = local.NewDir
+		}
+		lb, err := open(loc)
+		if errors.Is(err, session.ErrNoStore) {
+			return nil, &storeMissingError{loc: loc, why: " (the first save creates it)", dir: true, err: err}
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -96,7 +134,8 @@ func newSessionCmd(g *globals, s streams) *cobra.Command {
 		Long: `Save a sandbox's session directory as a snapshot in the session store,
 restore it into the next sandbox, and keep the store in shape. The store is
 --store DIR, else $FERRY_STORE, else $XDG_STATE_HOME/ferry
-(~/.local/state/ferry).
+(~/.local/state/ferry). Only save (and run --session) creates a missing
+store directory; list, verify, restore and prune fail on one, naming it.
 
 A shared store, --store s3://BUCKET/PREFIX, may serve several machines.
 Each keeps the chunks it has read or written in $FERRY_CACHE_DIR (default
@@ -149,10 +188,12 @@ func newSessionSaveCmd(g *globals, s streams) *cobra.Command {
 		Long: `Save the directory DIR of the sandbox as the next snapshot of KEY in the
 session store. Only chunks the store lacks are stored. Of two saves of one
 key that race, exactly one commits; the other fails naming the key and
-commits nothing.
+commits nothing. A relay lost after the commit does not fail the save:
+ferry says "committed snapshot N of KEY, then lost the relay" and exits 0.
 
 With --json it prints files, bytes, wire_bytes, new_chunks, new_bytes,
-seconds, snapshot (the sequence number committed), key and mode.`,
+seconds, snapshot (the sequence number committed), key and mode, and
+relay_lost (the channel's error) when the relay was lost after the commit.`,
 		Example: `  ferry session save box:.codex rtzll-rascal-42-1a2b3c4d5e`,
 		Args:    exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -181,10 +222,15 @@ seconds, snapshot (the sequence number committed), key and mode.`,
 			if err != nil {
 				return err
 			}
+			if res.RelayLost != "" {
+				// Said even with --quiet: the snapshot is safe, the relay
+				// is not.
+				fmt.Fprintf(s.err, "ferry: committed snapshot %d of %s, then lost the relay: %s\n", res.Snapshot, key, oneLine(errors.New(res.RelayLost)))
+			}
 			switch {
 			case g.json:
 				return json.NewEncoder(s.out).Encode(res)
-			case !g.quiet:
+			case !g.quiet && res.RelayLost == "":
 				fmt.Fprintf(s.err, "saved %s as snapshot %d of %s: %d files, %s, %s new in %.1fs\n",
 					args[0], res.Snapshot, key, res.Files, humanBytes(res.Bytes), humanBytes(res.NewBytes), res.Seconds)
 			}
@@ -206,7 +252,8 @@ only once the whole stream has been checked.
 
 A missing DIR is created; a non-empty one is refused unless --replace,
 which swaps the old content for the snapshot. A KEY without snapshots is an
-error unless --allow-missing (a task's first run), which restores nothing.
+error unless --allow-missing (a task's first run), which restores nothing,
+also from a store directory that does not exist yet (a node's first run).
 
 With --json it prints files, bytes, wire_bytes, seconds, snapshot, key and
 mode, and "missing": true when --allow-missing found no snapshot.`,
@@ -224,7 +271,14 @@ mode, and "missing": true when --allow-missing found no snapshot.`,
 			if opts.Seq < 0 {
 				return usagef("--snapshot %d: want a sequence number, 1 or more", opts.Seq)
 			}
-			st, err := g.openStore(cmd.Context())
+			st, err := g.openExistingStore(cmd.Context())
+			var missing *storeMissingError
+			if errors.As(err, &missing) && missing.dir && opts.AllowMissing && opts.Seq == 0 {
+				// A node's first run: no store yet, so no snapshot of KEY.
+				// The restore goes on from an empty store, checking the
+				// sandbox as for any key without snapshots.
+				st, err = session.New(session.Config{Backend: local.New(afero.NewMemMapFs())})
+			}
 			if err != nil {
 				return err
 			}
@@ -273,7 +327,7 @@ one array of objects.`,
 			if err != nil {
 				return err
 			}
-			st, err := g.openStore(cmd.Context())
+			st, err := g.openExistingStore(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -412,7 +466,7 @@ stale_locks, chunks_kept.`,
 					return usageError{err}
 				}
 			}
-			st, err := g.openStore(cmd.Context())
+			st, err := g.openExistingStore(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -57,12 +57,41 @@ func NewDir(dir string) (*Backend, error) {
 	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
+	return onDir(dir), nil
+}
+
+// OpenDir is NewDir on a directory that must exist: a missing dir is an
+// error matching session.ErrNoStore that names it. It is for users that
+// only read or clean a store, which must not create one where a path was
+// mistyped.
+func OpenDir(dir string) (*Backend, error) {
+	if dir == "" {
+		return nil, errors.New("local: empty store directory")
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("open store %s: %w", dir, session.ErrNoStore)
+	case err != nil:
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	case !fi.IsDir():
+		return nil, fmt.Errorf("open store %s: not a directory", dir)
+	}
+	return onDir(dir), nil
+}
+
+// onDir is a Backend on the absolute OS directory dir.
+func onDir(dir string) *Backend {
 	return &Backend{
 		fs: afero.NewBasePathFs(afero.NewOsFs(), dir),
 		link: func(oldname, newname string) error {
 			return os.Link(filepath.Join(dir, filepath.FromSlash(oldname)), filepath.Join(dir, filepath.FromSlash(newname)))
 		},
-	}, nil
+	}
 }
 
 // check refuses names that are not clean relative slash paths.

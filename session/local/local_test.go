@@ -3,9 +3,11 @@ package local_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/spf13/afero"
@@ -71,5 +73,36 @@ func TestDirModes(t *testing.T) {
 	}
 	if n != 7 {
 		t.Errorf("walked %d paths, want 7 (a temporary file left behind?)", n)
+	}
+}
+
+// TestOpenDir: OpenDir opens an existing store and creates none: a
+// missing directory is session.ErrNoStore naming it, and stays missing;
+// a file is refused.
+func TestOpenDir(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) session.Backend {
+		dir := filepath.Join(t.TempDir(), "store")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		b, err := local.OpenDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	})
+	missing := filepath.Join(t.TempDir(), "no", "store")
+	if _, err := local.OpenDir(missing); !errors.Is(err, session.ErrNoStore) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("OpenDir of a missing directory: %v, want session.ErrNoStore naming %s", err, missing)
+	}
+	if _, err := os.Lstat(filepath.Dir(missing)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("OpenDir created %s: %v", filepath.Dir(missing), err)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := local.OpenDir(file); err == nil || errors.Is(err, session.ErrNoStore) || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("OpenDir of a file: %v, want \"not a directory\"", err)
 	}
 }

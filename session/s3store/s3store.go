@@ -55,7 +55,8 @@ var (
 	_ session.RangeGetter = (*Backend)(nil)
 )
 
-// New connects to the bucket of c, which must exist, and, unless
+// New connects to the bucket of c, which must exist (a missing one is an
+// error matching session.ErrNoStore; New creates none), and, unless
 // c.Commit is CommitLease, probes whether the server honours conditional
 // creates by putting one probe object under the prefix twice with
 // If-None-Match: * (then deleting it).
@@ -87,7 +88,7 @@ func New(ctx context.Context, c Config) (*Backend, error) {
 		return nil, fmt.Errorf("s3store: open bucket %s: %w", c.Bucket, err)
 	}
 	if !ok {
-		return nil, fmt.Errorf("s3store: open bucket %s: %w", c.Bucket, fs.ErrNotExist)
+		return nil, fmt.Errorf("s3store: open bucket %s: %w", c.Bucket, session.ErrNoStore)
 	}
 	if c.Commit == CommitLease {
 		return b, nil
