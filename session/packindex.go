@@ -148,11 +148,17 @@ func (s *Store) refreshView(ctx context.Context, loose bool) error {
 	for id, o := range idx {
 		v.indexTime[id] = o.ModTime
 	}
+	// A chunk in several packs is read from a listed one, the newest
+	// index first: a pack lost and its chunks stored again in another
+	// (RepairChunks) may have index objects of the same second.
 	v.where = make(map[ID]packLoc, len(v.where))
 	for pack, es := range v.entries {
 		t := v.indexTime[pack]
+		_, listed := packs[pack]
 		for _, e := range es {
-			if old, ok := v.where[e.ID]; !ok || t.After(old.time) {
+			old, ok := v.where[e.ID]
+			_, oldListed := packs[old.pack]
+			if !ok || listed && !oldListed || listed == oldListed && t.After(old.time) {
 				v.where[e.ID] = packLoc{pack: pack, entry: e, time: t}
 			}
 		}

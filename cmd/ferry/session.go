@@ -353,8 +353,9 @@ one array of objects.`,
 
 func newSessionVerifyCmd(g *globals, s streams) *cobra.Command {
 	var repair bool
+	var from string
 	cmd := &cobra.Command{
-		Use:   "verify [KEY] [--repair-index]",
+		Use:   "verify [KEY] [--repair-index] [--repair SANDBOX:DIR]",
 		Short: "Re-read every chunk and report missing or corrupt ones",
 		Long: `Read every snapshot of KEY (of every key, and then every chunk no snapshot
 references, without KEY) and re-hash every chunk. Missing and corrupt
@@ -366,12 +367,24 @@ An S3 store keeps chunks in packs, each with an index object saying where
 its chunks are. --repair-index first rewrites, from the pack's own
 trailer, every index object that is missing, unreadable or wrong (each
 pack is read whole and checked against its name; a damaged pack is left
-for verify to report), and names each one it rewrote on stderr.`,
+for verify to report), and names each one it rewrote on stderr.
+
+--repair SANDBOX:DIR stores the missing chunks again from a sandbox
+directory that still holds the files they were cut from (the session
+directory saved, or a copy), then verifies again: it says how many it
+restored, and ferry exits 0 only if the store is then sound. Only content
+that hashes to a missing chunk is stored, and no snapshot is written. With
+--json the object also has repaired (the count) and repair.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := optionalKey(args)
 			if err != nil {
 				return err
+			}
+			if from != "" {
+				if _, _, err := sessionTarget(from); err != nil {
+					return err
+				}
 			}
 			st, err := g.openStoreUncached(cmd.Context())
 			if err != nil {
@@ -390,8 +403,16 @@ for verify to report), and names each one it rewrote on stderr.`,
 			if err != nil {
 				return err
 			}
+			out := verifyResult{VerifyReport: rep}
+			if from != "" {
+				if rep, out.Repair, err = g.repairChunks(cmd.Context(), s, st, key, from, rep); err != nil {
+					return err
+				}
+				n := len(out.Repair.Restored)
+				out.VerifyReport, out.Repaired = rep, &n
+			}
 			if g.json {
-				if err := json.NewEncoder(s.out).Encode(rep); err != nil {
+				if err := json.NewEncoder(s.out).Encode(out); err != nil {
 					return err
 				}
 			} else {
@@ -427,6 +448,7 @@ for verify to report), and names each one it rewrote on stderr.`,
 		},
 	}
 	cmd.Flags().BoolVar(&repair, "repair-index", false, "first rewrite missing or wrong pack index objects from the packs' own trailers")
+	cmd.Flags().StringVar(&from, "repair", "", "store missing chunks again from `SANDBOX:DIR`, a sandbox directory that still holds their files, then verify again")
 	return cmd
 }
 
