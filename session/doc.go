@@ -33,6 +33,9 @@
 //     [*ConflictError] (errors.Is [ErrConflict]) and commits nothing. A
 //     crash before the commit leaves only unreferenced chunks, which a retry
 //     reuses and [Store.Prune] removes after the grace period.
+//   - lock: "locks/save/<random>" or "locks/prune/<random>", a small JSON
+//     object a Save or a Prune keeps renewed while it runs, so that each
+//     knows of the other (below).
 //
 // Saves dedup against the whole store. A [DirSource] with ReuseUnchanged
 // takes a file's chunk list from the previous snapshot when its size and
@@ -44,6 +47,74 @@
 //
 // Memory is bounded by chunk, pack and buffer sizes and by the manifest
 // (one entry per path), never by file sizes.
+//
+// # What Prune may remove, and what a Save may reuse
+//
+// A save references chunks it did not write: those of the snapshot it
+// starts from (its parent), and any other the store holds that the Source
+// asks about through Sink.Has. A Prune that removes the parent (OlderThan,
+// Rascal's TTL) and then its chunks while the save is in flight would let
+// the save commit a snapshot that cannot be restored, and every later save
+// of the key, which starts from that one, would inherit the hole. The
+// grace period alone cannot prevent it: it protects chunks that are new,
+// not an old chunk a save decides to reuse. So saves and prunes meet
+// through lock objects in the store itself, which works alike on a local
+// directory and on S3 shared by several nodes, with no server:
+//
+//   - A save first writes "locks/save/<random>" naming its key, and reads
+//     back the object's ModTime: its start S, by the backend's clock.
+//     A prune first writes "locks/prune/<random>". Each renews its lock
+//     every LockTTL/6 and removes it when done.
+//   - After its lock is written, a save lists the prune locks and waits
+//     while a live one is there; only then does it list the key's
+//     snapshots and load its parent. After its lock is written, a prune
+//     lists the save locks. Each writes before it reads, so of a save and
+//     a prune that overlap, at least one sees the other (the store-buffer
+//     argument; the backend must be strongly consistent for a listing
+//     after a Put, as local disks and S3 since 2020 are): either the prune
+//     sees the save's lock, or the save sees the prune's and starts only
+//     after the prune is over, from what it left.
+//   - A prune that sees a live save lock of key K does not remove K's
+//     newest readable snapshot, whatever Keep or OlderThan say (it reports
+//     it as Deferred; the next prune removes it). That snapshot is the
+//     save's parent: if a newer one appeared meanwhile, the save cannot
+//     commit (its sequence number is taken) and needs nothing. A kept
+//     snapshot keeps its chunks.
+//   - A save reuses a chunk that is not its parent's only if the chunk's
+//     last Put is after S - Grace/2 ("fresh"); it writes an older one
+//     again, which renews it. A prune removes a chunk (or a pack) only if
+//     its last Put is before both now - Grace and, for every live save
+//     lock, S - Grace/2. So every chunk a save in flight may reference is
+//     either in a snapshot the prune keeps or past the prune's cut-off,
+//     however long the save takes.
+//   - A save's parent chunks are checked at its start: those the store
+//     lost (damage, or a store written before locks) are sent again, so a
+//     broken snapshot does not break the next one.
+//   - A lock is live until LockTTL past its last ModTime, by the reader's
+//     clock. A holder trusts its lock only for 3/4 of LockTTL after the
+//     start of its last successful renewal; a save whose lock lapsed
+//     commits nothing, and a prune whose lock lapsed removes nothing more
+//     ([ErrLockLost]). The quarter left over is the margin for skew between
+//     a node's clock and the backend's; the rest of the protocol compares
+//     only times of one clock (the backend's ModTimes) or durations.
+//   - A lock left by a process that died keeps its key's newest snapshot
+//     and its chunks for LockTTL, and makes saves wait at most LockTTL
+//     behind a dead prune; then Prune removes it (StaleLocks). A lock that
+//     cannot be read makes Prune keep every key's newest snapshot and
+//     remove no chunk.
+//
+// A manifest that cannot be read is never a save's parent (saves go on
+// past it, committing the next sequence number) and never counted among
+// the snapshots Keep keeps; OlderThan removes it by its object's age.
+// Restores take no lock: a restore that a prune overtakes fails with a
+// missing chunk, it never writes a wrong file.
+//
+// restic solves the same problem with a lock that prune takes
+// exclusively, so that no backup runs while prune does. Here a prune
+// never stops a save already running, and one that starts meanwhile waits
+// only for the prune's own run, not for every other save: with Rascal
+// saving sessions all day, an exclusive lock would leave prune waiting
+// for a gap that never comes.
 //
 // # Why packs
 //
