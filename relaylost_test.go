@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,36 +16,10 @@ import (
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/openshell"
+	"github.com/ferry-dev/ferry/relay/relaytest"
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
-
-// connCutter is a gateway Dialer whose connections can all be dropped at
-// once: a relay lost between two calls.
-type connCutter struct {
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func (c *connCutter) dial(ctx context.Context, addr string) (net.Conn, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err == nil {
-		c.mu.Lock()
-		c.conns = append(c.conns, conn)
-		c.mu.Unlock()
-	}
-	return conn, err
-}
-
-func (c *connCutter) cut() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, conn := range c.conns {
-		conn.Close()
-	}
-	c.conns = nil
-}
 
 // afterCommit is a Backend that calls fn right after each commit (an
 // exclusive Put of a manifest) has succeeded, before the Store hears of
@@ -70,12 +43,12 @@ func (b afterCommit) Put(ctx context.Context, name string, r io.Reader, exclusiv
 func cutAfterCommit(t *testing.T) (*gatewaytest.Gateway, *openshell.Client, *session.Store, *atomic.Int32) {
 	t.Helper()
 	g := gatewaytest.Start(t, gatewaytest.Options{})
-	var cc connCutter
-	c := g.Client(t, openshell.Config{Dialer: cc.dial})
+	var cc relaytest.Cutter
+	c := g.Client(t, openshell.Config{Dialer: cc.Dial})
 	g.Sandbox(t, c, "box")
 	var cuts atomic.Int32
 	st, _ := newStore(t, func(b session.Backend) session.Backend {
-		return afterCommit{b, func(string) { cuts.Add(1); cc.cut() }}
+		return afterCommit{b, func(string) { cuts.Add(1); cc.Cut() }}
 	})
 	return g, c, st, &cuts
 }
@@ -189,11 +162,11 @@ func TestRunRelayLostAfterSessionCommit(t *testing.T) {
 // wrapping relay.ErrRelayLost that committed nothing.
 func TestSessionSaveRelayLostBeforeCommit(t *testing.T) {
 	g := gatewaytest.Start(t, gatewaytest.Options{})
-	var cc connCutter
-	c := g.Client(t, openshell.Config{Dialer: cc.dial})
+	var cc relaytest.Cutter
+	c := g.Client(t, openshell.Config{Dialer: cc.Dial})
 	g.Sandbox(t, c, "box")
 	var once sync.Once
-	st, _ := newStore(t, func(b session.Backend) session.Backend { return cutOnChunk{b, func() { once.Do(cc.cut) }} })
+	st, _ := newStore(t, func(b session.Backend) session.Backend { return cutOnChunk{b, func() { once.Do(cc.Cut) }} })
 	e := env{sb: sandboxVia(t, c, variant{Mode: ferry.ModeAgent}), root: filepath.Join(g.Root, "box")}
 	crashTree(t, filepath.Join(e.root, "sess"), 1, 0, 8<<20)
 	_, err := ferry.SaveSession(ctx(t), e.sb, st, "sess", "early-key")

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/internal/execcodec"
 	"github.com/ferry-dev/ferry/relay/openshell"
+	"github.com/ferry-dev/ferry/relay/relaytest"
 )
 
 func TestMain(m *testing.M) {
@@ -49,32 +49,6 @@ func echo(t *testing.T, x relay.Execer, box, word string) error {
 		t.Fatalf("echo %s: exit %d, stdout %q", word, code, out.String())
 	}
 	return err
-}
-
-// cutter is a gateway Dialer whose connections can all be dropped at once.
-type cutter struct {
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func (c *cutter) dial(ctx context.Context, addr string) (net.Conn, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err == nil {
-		c.mu.Lock()
-		c.conns = append(c.conns, conn)
-		c.mu.Unlock()
-	}
-	return conn, err
-}
-
-func (c *cutter) cut() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, conn := range c.conns {
-		conn.Close()
-	}
-	c.conns = nil
 }
 
 func TestSSHExecerErrors(t *testing.T) {
@@ -111,8 +85,8 @@ func TestSSHExecerErrors(t *testing.T) {
 func TestSSHExecerRecovers(t *testing.T) {
 	const ttl = 500 * time.Millisecond
 	g := gatewaytest.Start(t, gatewaytest.Options{Config: gateway.Config{SSHSessionTTL: ttl}})
-	var cut cutter
-	c := g.Client(t, openshell.Config{Dialer: cut.dial})
+	var cut relaytest.Cutter
+	c := g.Client(t, openshell.Config{Dialer: cut.Dial})
 	g.Sandbox(t, c, "box")
 	x := c.SSH(openshell.SSHConfig{})
 	defer x.Close()
@@ -132,7 +106,7 @@ func TestSSHExecerRecovers(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(200 * time.Millisecond)
-	cut.cut()
+	cut.Cut()
 	if err := <-done; !errors.Is(err, relay.ErrRelayLost) {
 		t.Fatalf("exec under a dropped relay: %v, want relay.ErrRelayLost", err)
 	}
@@ -149,7 +123,7 @@ func TestSSHExecerRecovers(t *testing.T) {
 	// (Under a slow test run the token may have expired before the
 	// redial above already; count from here.)
 	tokens := created()
-	cut.cut()
+	cut.Cut()
 	if err := echo(t, x, "box", "renewed"); err != nil || created() != tokens+1 {
 		t.Fatalf("exec after expiry and a drop: %v, %d tokens; want one more than %d", err, created(), tokens)
 	}
