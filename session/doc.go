@@ -84,7 +84,9 @@
 //     last Put is after S - Grace/2 ("fresh"); it writes an older one
 //     again, which renews it. A prune removes a chunk (or a pack) only if
 //     its last Put is before both now - Grace and, for every live save
-//     lock, S - Grace/2. So every chunk a save in flight may reference is
+//     lock, S - g/2, g the larger of the prune's Grace and the save's (its
+//     lock names it: a prune given a short grace must not take what a
+//     save of a longer one reuses). So every chunk a save in flight may reference is
 //     either in a snapshot the prune keeps or past the prune's cut-off,
 //     however long the save takes.
 //   - A save's parent chunks are checked at its start: those the store

@@ -45,7 +45,11 @@ type lockBody struct {
 	Kind    string        `json:"kind"` // "save" or "prune"
 	Key     string        `json:"key,omitempty"`
 	Started time.Time     `json:"started,omitzero"`
-	TTL     time.Duration `json:"ttl"`
+	// Grace is the saver's Config.Grace: it reuses chunks last written
+	// after Started - Grace/2, so that is what a Prune keeps, whatever
+	// grace the Prune itself was given.
+	Grace time.Duration `json:"grace,omitempty"`
+	TTL   time.Duration `json:"ttl"`
 	Host    string        `json:"host,omitempty"`
 	PID     int           `json:"pid,omitempty"`
 }
@@ -77,9 +81,11 @@ func (s *Store) takeLock(ctx context.Context, prefix, kind, key string) (*lock, 
 		s:    s,
 		name: prefix + hex.EncodeToString(rnd[:]),
 		body: lockBody{Kind: kind, Key: key, TTL: s.cfg.LockTTL, Host: host, PID: os.Getpid()},
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
 	}
+	if kind == "save" {
+		l.body.Grace = s.cfg.Grace
+	}
+	l.stop, l.done = make(chan struct{}), make(chan struct{})
 	start := time.Now()
 	if err := l.put(ctx); err != nil {
 		return nil, fmt.Errorf("take %s lock: %w", kind, err)
@@ -263,3 +269,9 @@ func (s *Store) waitPrunes(ctx context.Context) (waited bool, err error) {
 // writer's: the grace period, and never under DefaultGrace, as a Put in
 // flight owns its file however short a grace the operator picked.
 func (s *Store) tempAge() time.Duration { return max(s.cfg.Grace, DefaultGrace) }
+
+// reuseSince is the oldest last Put of a chunk that the save holding l
+// may reuse without writing it again.
+func (l heldLock) reuseSince(grace time.Duration) time.Time {
+	return l.body.Started.Add(-max(l.body.Grace, grace) / 2)
+}

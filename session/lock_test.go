@@ -457,3 +457,44 @@ func exists(t *testing.T, p string) bool {
 	}
 	return err == nil
 }
+
+// TestPruneKeepsWhatASaveOfLongerGraceReuses: the prune runs with a far
+// shorter grace period than the save (an operator's `prune --grace 1ms`
+// beside saves of the default hour). The save reuses an unreferenced
+// chunk written ten minutes before it began, fresh by its own grace; the
+// prune keeps it, by the grace the save's lock names.
+func TestPruneKeepsWhatASaveOfLongerGraceReuses(t *testing.T) {
+	ctx := context.Background()
+	fsys := afero.NewMemMapFs()
+	b := local.New(fsys)
+	saver, err := session.New(session.Config{Backend: b, Grace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pruner, err := session.New(session.Config{Backend: b, Grace: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashing, err := session.New(session.Config{Backend: failingBackend{b, "snapshots/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := tree(t, 12)
+	if _, err := crashing.Save(ctx, "k", session.DirSource{Dir: src}); err == nil {
+		t.Fatal("crashing save committed")
+	}
+	age(t, fsys, 10*time.Minute)
+	var rep *session.PruneReport
+	m, err := saver.Save(ctx, "k", duringScan{session.DirSource{Dir: src}, func(ctx context.Context) error {
+		var err error
+		rep, err = pruner.Prune(ctx, session.PruneOptions{})
+		return err
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.NewChunks != 0 || rep.SavesInFlight != 1 || rep.Chunks != 0 {
+		t.Fatalf("save stored %d chunks, prune %+v; want all reused and none removed", m.NewChunks, rep)
+	}
+	verifyOK(t, saver)
+}

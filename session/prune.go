@@ -117,7 +117,7 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 		default:
 			inFlight[l.body.Key] = true
 			rep.SavesInFlight++
-			if c := l.body.Started.Add(-s.cfg.Grace / 2); c.Before(cutoff) {
+			if c := l.reuseSince(s.cfg.Grace); c.Before(cutoff) {
 				cutoff = c
 			}
 		}
