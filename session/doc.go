@@ -86,9 +86,9 @@
 //     its last Put is before both now - Grace and, for every live save
 //     lock, S - g/2, g the larger of the prune's Grace and the save's (its
 //     lock names it: a prune given a short grace must not take what a
-//     save of a longer one reuses). So every chunk a save in flight may reference is
-//     either in a snapshot the prune keeps or past the prune's cut-off,
-//     however long the save takes.
+//     save of a longer one reuses). So every chunk a save in flight may
+//     reference is either in a snapshot the prune keeps or past the
+//     prune's cut-off, however long the save takes.
 //   - A save's parent chunks are checked at its start: those the store
 //     lost (damage, or a store written before locks) are sent again, so a
 //     broken snapshot does not break the next one.
