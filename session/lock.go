@@ -42,16 +42,16 @@ var ErrLockLost = errors.New("session: lock lost")
 // lock's first Put), the two facts a Prune needs to keep what the save
 // may reuse. Host and PID are for the operator who finds a lock.
 type lockBody struct {
-	Kind    string        `json:"kind"` // "save" or "prune"
-	Key     string        `json:"key,omitempty"`
-	Started time.Time     `json:"started,omitzero"`
+	Kind    string    `json:"kind"` // "save" or "prune"
+	Key     string    `json:"key,omitempty"`
+	Started time.Time `json:"started,omitzero"`
 	// Grace is the saver's Config.Grace: it reuses chunks last written
 	// after Started - Grace/2, so that is what a Prune keeps, whatever
 	// grace the Prune itself was given.
 	Grace time.Duration `json:"grace,omitempty"`
 	TTL   time.Duration `json:"ttl"`
-	Host    string        `json:"host,omitempty"`
-	PID     int           `json:"pid,omitempty"`
+	Host  string        `json:"host,omitempty"`
+	PID   int           `json:"pid,omitempty"`
 }
 
 // lock is a lock object this Store holds: written at once, renewed on a

@@ -126,19 +126,20 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 	if err != nil {
 		return nil, err
 	}
-	// Manifests read while planning, by name and object ModTime: a
+	// used collects the chunks of the snapshots that stay; seen names the
+	// manifests already in it, with their object's ModTime and size: a
 	// committed manifest never changes, so the second pass below reads
 	// only what is new (or was removed and committed again).
-	seen := map[string]seenManifest{}
+	used := map[ID]bool{}
+	seen := map[string]objectStamp{}
 	for _, k := range keys {
 		if opts.Key != "" && k != opts.Key {
 			continue
 		}
-		if err := s.pruneKey(ctx, lk, k, opts, now, inFlight[k] || unknown != "", seen, rep); err != nil {
+		if err := s.pruneKey(ctx, lk, k, opts, now, inFlight[k] || unknown != "", used, seen, rep); err != nil {
 			return rep, err
 		}
 	}
-	used := map[ID]bool{}
 	if keys, err = s.Keys(ctx); err != nil {
 		return rep, err
 	}
@@ -148,22 +149,21 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 			return rep, err
 		}
 		for _, o := range objs {
-			ids, ok := seen[o.Name]
-			if !ok || !ids.at.Equal(o.ModTime) || ids.size != o.Size {
-				m, err := s.load(ctx, k, o.Seq)
-				if errors.Is(err, ErrManifest) {
-					rep.addUnreadable(SnapshotRef{k, o.Seq}, err)
-					continue
-				}
-				if errors.Is(err, ErrNoSnapshot) {
-					continue // removed meanwhile, by another prune
-				}
-				if err != nil {
-					return rep, fmt.Errorf("prune: no chunk removed: %w", err)
-				}
-				ids.chunks = chunkSet(m)
+			if st, ok := seen[o.Name]; ok && st == stampOf(o.ObjectInfo) {
+				continue
 			}
-			for _, id := range ids.chunks {
+			m, err := s.load(ctx, k, o.Seq)
+			if errors.Is(err, ErrManifest) {
+				rep.addUnreadable(SnapshotRef{k, o.Seq}, err)
+				continue
+			}
+			if errors.Is(err, ErrNoSnapshot) {
+				continue // removed meanwhile, by another prune
+			}
+			if err != nil {
+				return rep, fmt.Errorf("prune: no chunk removed: %w", err)
+			}
+			for _, id := range chunkSet(m) {
 				used[id] = true
 			}
 		}
@@ -189,13 +189,13 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 	return rep, nil
 }
 
-// seenManifest is what the planning pass of Prune kept of a manifest it
-// read: its chunks, and its object's ModTime and size to know it again.
-type seenManifest struct {
-	at     time.Time
-	size   int64
-	chunks []ID
+// objectStamp tells one version of an object from another.
+type objectStamp struct {
+	at   int64 // ModTime, Unix nanoseconds
+	size int64
 }
+
+func stampOf(o ObjectInfo) objectStamp { return objectStamp{o.ModTime.UnixNano(), o.Size} }
 
 func (r *PruneReport) addUnreadable(ref SnapshotRef, err error) {
 	for _, u := range r.Unreadable {
@@ -207,17 +207,19 @@ func (r *PruneReport) addUnreadable(ref SnapshotRef, err error) {
 }
 
 // pruneKey removes the snapshots of key that opts select, but not the
-// newest readable one when a save of key is in flight (busy), and
-// records the chunks of those it keeps in seen.
-func (s *Store) pruneKey(ctx context.Context, lk *lock, key string, opts PruneOptions, now time.Time, busy bool, seen map[string]seenManifest, rep *PruneReport) error {
+// newest readable one when a save of key is in flight (busy), and adds
+// the chunks of those it keeps to used, naming them in seen. It holds the
+// chunk lists of one key's snapshots at a time.
+func (s *Store) pruneKey(ctx context.Context, lk *lock, key string, opts PruneOptions, now time.Time, busy bool, used map[ID]bool, seen map[string]objectStamp, rep *PruneReport) error {
 	objs, err := s.snapshots(ctx, key)
 	if err != nil {
 		return err
 	}
 	type snap struct {
 		snapshotObject
-		time time.Time // the manifest's, or its object's if unreadable
-		ok   bool
+		time   time.Time // the manifest's, or its object's if unreadable
+		ok     bool
+		chunks []ID
 	}
 	snaps := make([]snap, 0, len(objs))
 	for _, o := range objs {
@@ -227,13 +229,12 @@ func (s *Store) pruneKey(ctx context.Context, lk *lock, key string, opts PruneOp
 			continue // removed meanwhile, by another prune
 		case errors.Is(err, ErrManifest):
 			rep.addUnreadable(SnapshotRef{key, o.Seq}, err)
-			snaps = append(snaps, snap{o, o.ModTime, false})
+			snaps = append(snaps, snap{o, o.ModTime, false, nil})
 			continue
 		case err != nil:
 			return fmt.Errorf("prune: %w", err)
 		}
-		seen[o.Name] = seenManifest{o.ModTime, o.Size, chunkSet(m)}
-		snaps = append(snaps, snap{o, m.Time, true})
+		snaps = append(snaps, snap{o, m.Time, true, chunkSet(m)})
 	}
 	// keepFrom is the sequence number of the oldest of the Keep newest
 	// readable snapshots; the newest readable one is what a save starts
@@ -251,17 +252,27 @@ func (s *Store) pruneKey(ctx context.Context, lk *lock, key string, opts PruneOp
 			keepFrom = snaps[i].Seq
 		}
 	}
+	keep := func(sn snap) {
+		for _, id := range sn.chunks {
+			used[id] = true
+		}
+		if sn.ok {
+			seen[sn.Name] = stampOf(sn.ObjectInfo)
+		}
+	}
 	for _, sn := range snaps {
 		drop := opts.Keep > 0 && keepFrom > 0 && sn.Seq < keepFrom
 		if opts.OlderThan > 0 && now.Sub(sn.time) > opts.OlderThan {
 			drop = true
 		}
 		if !drop {
+			keep(sn)
 			continue
 		}
 		ref := SnapshotRef{key, sn.Seq}
 		if busy && sn.Seq == newest {
 			rep.Deferred = append(rep.Deferred, ref)
+			keep(sn)
 			continue
 		}
 		if err := lk.valid(); err != nil {
@@ -270,7 +281,6 @@ func (s *Store) pruneKey(ctx context.Context, lk *lock, key string, opts PruneOp
 		if err := s.b.Delete(ctx, sn.Name); err != nil {
 			return fmt.Errorf("prune: remove snapshot %d of %s: %w", sn.Seq, key, err)
 		}
-		delete(seen, sn.Name)
 		rep.Snapshots = append(rep.Snapshots, ref)
 	}
 	return nil
