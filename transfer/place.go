@@ -64,7 +64,7 @@ func newStage(ctx context.Context, dest string, place Placement, name string, on
 	default:
 		return nil, fmt.Errorf("transfer: unknown placement %d", place)
 	}
-	if name != "" && !isStagingName(name) {
+	if name != "" && !IsStagingName(name) {
 		return nil, fmt.Errorf("create staging directory %q: %w: not a %s name with hex digits", name, ErrUnsafePath, StagingPrefix)
 	}
 	// A dead transfer's staging directory goes before this one is made;

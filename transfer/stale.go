@@ -45,10 +45,11 @@ const (
 	maxStagingSuffix = 64
 )
 
-// isStagingName reports whether name is one ferry gives a staging
+// IsStagingName reports whether name is one ferry gives a staging
 // directory: StagingPrefix and 1 to 64 lower-case hex digits (the host's
-// random tags are hex, os.MkdirTemp's decimal).
-func isStagingName(name string) bool {
+// random tags are hex, os.MkdirTemp's decimal). Only such names are ever
+// swept.
+func IsStagingName(name string) bool {
 	s, ok := strings.CutPrefix(name, StagingPrefix)
 	if !ok || s == "" || len(s) > maxStagingSuffix {
 		return false
@@ -92,7 +93,7 @@ func RemoveStaleStaging(ctx context.Context, parent string) (int, error) {
 	var first error
 	now := time.Now()
 	for _, name := range names {
-		if !isStagingName(name) {
+		if !IsStagingName(name) {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -120,7 +121,7 @@ var ErrStagingBusy = errors.New("transfer: staging directory in use")
 // the time the lock is free, which is success). It waits, polling, until
 // ctx ends, and then fails with ErrStagingBusy. A missing dir is no error.
 func RemoveStaging(ctx context.Context, dir string) error {
-	if !isStagingName(filepath.Base(dir)) {
+	if !IsStagingName(filepath.Base(dir)) {
 		return fmt.Errorf("remove staging directory %s: %w: not a %s name", dir, ErrUnsafePath, StagingPrefix)
 	}
 	t := time.NewTicker(20 * time.Millisecond)
