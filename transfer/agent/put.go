@@ -64,6 +64,7 @@ func (s *server) put(stream agentv1.Agent_PutServer) (*agentv1.Stats, error) {
 		OnFile:  tr.onFile,
 		Verify:  tr.verify,
 		Staging: h.GetStaging(),
+		OnStale: s.reportStale(stream, "put", h.GetDest()),
 	})
 	if err != nil {
 		return nil, err
@@ -197,7 +198,7 @@ func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *transfer.Wr
 	if err != nil {
 		return Result{}, c.callErr(op, err)
 	}
-	res := Result{Stats: t.tw.Stats(), WireBytes: t.cw.wire, Entries: trailer.GetEntries()}
+	res := Result{Stats: t.tw.Stats(), WireBytes: t.cw.wire, Entries: trailer.GetEntries(), StaleStaging: staleCount(stream.Trailer())}
 	// The agent checked the trailer; a count it reports otherwise is an
 	// agent that placed something else.
 	if as := resp.GetStats(); as.GetFiles() != res.Files || as.GetDirs() != res.Dirs || as.GetSymlinks() != res.Symlinks || as.GetBytes() != res.Bytes {
