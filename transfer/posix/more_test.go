@@ -97,10 +97,18 @@ func TestConcurrent(t *testing.T) {
 	noLeftovers(t, b.dir)
 }
 
-// TestSweep: an upload removes temp dirs of earlier uploads whose process
-// is gone, and leaves those of live ones (and anything else) alone.
+// TestSweep: an upload removes temp dirs of earlier uploads whose script
+// is gone (its pid dead, or none written and the dir old), and says how
+// many; it leaves those of live ones alone, and anything that is not one
+// of Upload's temp dirs: another name, a symlink (never followed).
 func TestSweep(t *testing.T) {
-	b := gatewayBox(t, flavors[0], gateway.Config{}, "")
+	for _, f := range flavors {
+		t.Run(f.name, func(t *testing.T) { testSweep(t, f) })
+	}
+}
+
+func testSweep(t *testing.T, f flavor) {
+	b := gatewayBox(t, f, gateway.Config{}, "")
 	mk := func(name, pid string) string {
 		d := filepath.Join(b.dir, "p", name)
 		if err := os.MkdirAll(filepath.Join(d, "r"), 0o700); err != nil {
@@ -113,19 +121,44 @@ func TestSweep(t *testing.T) {
 		}
 		return d
 	}
+	old := time.Now().Add(-10 * time.Minute)
 	dead := mk(".ferry-up-0123", "999999999")
+	// A dead one whose tree has a read-only directory in it.
+	deadRO := mk(".ferry-up-0124", "999999998")
+	if err := os.MkdirAll(filepath.Join(deadRO, "r", "ro", "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(deadRO, "r", "ro"), 0o555); err != nil {
+		t.Fatal(err)
+	}
+	orphan := mk(".ferry-up-0125", "") // killed before its pid was written
+	if err := os.Chtimes(orphan, old, old); err != nil {
+		t.Fatal(err)
+	}
 	live := mk(".ferry-up-4567", strconv.Itoa(os.Getpid()))
 	young := mk(".ferry-up-89ab", "") // made, pid not yet written
 	other := mk(".ferry-other", "999999999")
-	if _, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, true, sampleTree)), "p/new", posix.PlaceNew, -1); err != nil {
+	notHex := mk(".ferry-up-notes", "999999999")
+	target := mk("elsewhere", "999999999")
+	link := filepath.Join(b.dir, "p", ".ferry-up-cdef")
+	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(dead); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("dead temp dir kept: %v", err)
+	res, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, true, sampleTree)), "p/new", posix.PlaceNew, -1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, d := range []string{live, young, other} {
-		if _, err := os.Stat(d); err != nil {
-			t.Fatalf("%s swept: %v", d, err)
+	if res.Swept != 3 {
+		t.Errorf("Swept = %d, want 3", res.Swept)
+	}
+	for _, d := range []string{dead, deadRO, orphan} {
+		if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s kept: %v", d, err)
+		}
+	}
+	for _, d := range []string{live, young, other, notHex, link, filepath.Join(target, "pid")} {
+		if _, err := os.Lstat(d); err != nil {
+			t.Errorf("%s swept: %v", d, err)
 		}
 	}
 }

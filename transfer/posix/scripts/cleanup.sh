@@ -18,6 +18,7 @@ done;
 i=0;
 while [ -e "$1" ] || [ -L "$1" ]; do
 	[ "$i" -lt 10 ] || exit 1;
+	chmod -R u+rwx -- "$1" 2>/dev/null;
 	rm -rf -- "$1" 2>/dev/null || sleep 1;
 	i=$((i+1));
 done;

@@ -9,11 +9,11 @@
 # exit status 3. TMP is removed on every way out the shell sees; it holds
 # the script's pid in TMP/pid, so that a cleanup after a kill can wait for
 # the script to be gone, and so that the next upload into PARENT removes it
-# (its owner dead) if nothing else did.
+# (its owner dead) if nothing else did: that sweep reports "TAG swept N".
 tag=$1 place=$2 dest=$3 parent=$4 tmp=$5 want=$6;
 made=;
 say() { printf '%s %s\n' "$tag" "$*" >&2; };
-cleanup() { if [ -n "$made" ]; then rm -rf -- "$tmp"; fi; };
+cleanup() { if [ -n "$made" ]; then chmod -R u+rwx -- "$tmp" 2>/dev/null; rm -rf -- "$tmp"; fi; };
 fail() { cleanup; say fail "$@"; exit 3; };
 trap 'cleanup; exit 129' HUP;
 trap 'cleanup; exit 130' INT;
@@ -95,11 +95,36 @@ as) if isdir "$dest"; then fail exists 0; fi;
 *) fail usage 0;
 	;;
 esac;
+# The sweep: a temp dir of an earlier upload into PARENT goes when its
+# script is gone: the pid in it dead (kill -0 fails, and no /proc entry
+# says it lives under another user), or no pid written and the dir
+# unchanged for 5 minutes (killed between its mkdir and its echo; a find
+# without -mmin keeps it). Only real directories of this user's named as
+# Upload names them (hex digits) are looked at; a pid reused since only
+# keeps a dead one a while longer.
+swept=0;
 for old in "$parent"/.ferry-up-*; do
-	if [ -f "$old/pid" ] && read -r pid < "$old/pid" && [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
-		rm -rf -- "$old";
+	case ${old##*/} in .ferry-up-|.ferry-up-*[!0-9a-f]*) continue;; esac;
+	if [ -L "$old" ] || [ ! -d "$old" ] || [ ! -O "$old" ]; then continue; fi;
+	if [ -f "$old/pid" ] && [ ! -L "$old/pid" ]; then
+		pid=;
+		read -r pid < "$old/pid";
+		case $pid in ''|*[!0-9]*) continue;; esac;
+		if kill -0 "$pid" 2>/dev/null || [ -d "/proc/$pid" ]; then continue; fi;
+	elif [ -e "$old/pid" ] || [ -L "$old/pid" ] || [ -z "$(find "$old" -prune -mmin +5 2>/dev/null)" ]; then
+		continue;
 	fi;
+	# The pid is sh's: its tar, killed with it, may still be finishing a
+	# write, which makes one rm fail.
+	i=0;
+	while [ -e "$old" ] && [ "$i" -lt 3 ]; do
+		chmod -R u+rwx -- "$old" 2>/dev/null;
+		rm -rf -- "$old" 2>/dev/null || sleep 0.1 2>/dev/null || sleep 1;
+		i=$((i+1));
+	done;
+	if [ ! -e "$old" ]; then swept=$((swept+1)); fi;
 done;
+if [ "$swept" -gt 0 ]; then say swept "$swept"; fi;
 mkdir -m 700 -- "$tmp" || fail tmp "$?";
 made=1;
 echo "$$" > "$tmp/pid" || fail tmp "$?";
