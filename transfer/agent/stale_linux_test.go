@@ -95,6 +95,11 @@ func TestAgentRemovesStagingOnEveryEnd(t *testing.T) {
 			pid := agentPid(t, tmp)
 			release, done := stagedPut(t, c, ws)
 			tc.end(c, pid)
+			// The agent ends on its own; the rest of the stream comes only
+			// after, so that the call cannot complete first.
+			for i := 0; i < 1000 && syscall.Kill(pid, 0) == nil; i++ {
+				time.Sleep(10 * time.Millisecond)
+			}
 			close(release)
 			if err := <-done; err == nil {
 				t.Fatal("Put succeeded with its agent ended")
