@@ -2,6 +2,8 @@ package transfer
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -72,28 +75,56 @@ func newStage(ctx context.Context, dest string, place Placement, name string, on
 	if n, err := RemoveStaleStaging(ctx, parent); (n > 0 || err != nil) && onStale != nil {
 		onStale(n, err)
 	}
-	var dir string
-	var err error
-	if name == "" {
-		dir, err = os.MkdirTemp(parent, StagingPrefix+"*")
-	} else {
-		dir = filepath.Join(parent, name)
-		err = os.Mkdir(dir, 0o700)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("create staging directory: %w", err)
-	}
-	st := &stage{dest: dest, mode: place, dir: dir, tree: filepath.Join(dir, "tree")}
-	if st.lock, err = lockStage(dir); err != nil {
-		return nil, errors.Join(fmt.Errorf("create staging directory: %w", err), st.cleanup())
+	st := &stage{dest: dest, mode: place}
+	for i := 0; ; i++ {
+		n := name
+		if n == "" {
+			n = StagingPrefix + randomHex()
+		}
+		err := st.make(filepath.Join(parent, n))
+		if err == nil {
+			break
+		}
+		if name != "" || !errors.Is(err, fs.ErrExist) || i == 9 {
+			return nil, fmt.Errorf("create staging directory: %w", err)
+		}
 	}
 	if err := os.Mkdir(st.tree, 0o777); err != nil {
 		return nil, errors.Join(fmt.Errorf("create staging directory: %w", err), st.cleanup())
 	}
+	var err error
 	if st.root, err = os.OpenRoot(st.tree); err != nil {
 		return nil, errors.Join(fmt.Errorf("create staging directory: %w", err), st.cleanup())
 	}
 	return st, nil
+}
+
+// make makes the staging directory dir, exclusively, with its marker
+// locked: under its first name (dir.PID), then renamed (see stale.go).
+func (st *stage) make(dir string) error {
+	first := dir + "." + strconv.Itoa(os.Getpid())
+	if err := os.Mkdir(first, 0o700); err != nil {
+		return err
+	}
+	lock, err := lockStage(first)
+	if err == nil {
+		err = renameNoReplace(first, dir)
+	}
+	if err != nil {
+		if lock != nil {
+			lock.Close()
+		}
+		return errors.Join(err, removeTree(first))
+	}
+	st.dir, st.tree, st.lock = dir, filepath.Join(dir, "tree"), lock
+	return nil
+}
+
+// randomHex is 16 random hex digits.
+func randomHex() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // cleanup closes the root and removes the staging directory with whatever

@@ -7,39 +7,42 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
 
 // A staging directory is live while its owner holds an exclusive flock(2)
-// on the marker file lockName inside it, from just after the directory is
-// made until it has been removed. The marker appears under its name only
-// once locked (it is written as lockName+".new", locked, then renamed), so
-// a marker that can be locked by anyone else is one whose owner is gone:
+// on the marker file lockName inside it, until the directory has been
+// removed. It is made under a name of its own followed by "." and the
+// owner's pid, marked and locked there, and only then renamed to its
+// name: so under its name a staging directory always has a marker, and
+// one whose marker anyone else can lock is one whose owner is gone:
 // killed (SIGKILL, a relay that took the process group with it), or dead
 // with its machine. Such a directory is stale, and the next Extract that
 // stages into the same parent removes it. The lock is the kernel's, not a
 // pid: it dies with its process, is never inherited by a child (the file
 // is close-on-exec), and a pid reused by a stranger cannot keep a stale
-// directory alive or make a live one look dead.
+// directory alive or make a live one look dead. Under its first name
+// (microseconds, but a kill can land there) the pid tells: a directory
+// whose pid no process has is stale; one whose pid was reused stays until
+// that process is gone.
 //
 // Only a directory that is provably ferry's is removed: a real directory
 // (a symlink is never followed) owned by this user, named StagingPrefix and
 // hex digits (what ferry names them), holding a marker that starts with
-// stagingMagic. A directory of that name without a marker (one made by a
-// ferry older than the lock, or whose owner died in the microseconds
-// between the mkdir and the rename of its marker) is removed only once it
-// holds nothing but what such a directory holds ("tree", the marker's
-// temporary name) and has not changed for staleNoMarker.
+// stagingMagic, or named so and then "." and a pid, holding no more than
+// a marker (written or not) and its pid gone. A directory of the
+// name without a marker (one made by a ferry older than the marker) is
+// removed only once it holds nothing but what such a directory holds
+// ("tree") and has not changed for staleNoMarker.
 const (
 	lockName     = "lock"
-	lockTemp     = lockName + ".new"
 	stagingMagic = "ferry staging directory\n"
 	// staleNoMarker is how long a staging directory without a marker
-	// must have been unchanged before it counts as stale. A live one
-	// made by a ferry of before the marker would be removed under its
-	// transfer past this; one hour is far beyond the few microseconds a
-	// marker takes today.
+	// must have been unchanged before it counts as stale: a live one,
+	// made by a ferry of before the marker, would be removed under its
+	// transfer past this.
 	staleNoMarker = time.Hour
 	// maxStagingSuffix bounds the hex digits of a staging name.
 	maxStagingSuffix = 64
@@ -60,6 +63,20 @@ func IsStagingName(name string) bool {
 		}
 	}
 	return true
+}
+
+// stagingTemp splits the first name of a staging directory (see above)
+// into its name and its owner's pid.
+func stagingTemp(name string) (final string, pid int, ok bool) {
+	i := strings.LastIndexByte(name, '.')
+	if i < 0 || !IsStagingName(name[:i]) {
+		return "", 0, false
+	}
+	pid, err := strconv.Atoi(name[i+1:])
+	if err != nil || pid <= 0 || strconv.Itoa(pid) != name[i+1:] {
+		return "", 0, false
+	}
+	return name[:i], pid, true
 }
 
 // RemoveStaleStaging removes the stale staging directories directly in
@@ -93,13 +110,18 @@ func RemoveStaleStaging(ctx context.Context, parent string) (int, error) {
 	var first error
 	now := time.Now()
 	for _, name := range names {
-		if !IsStagingName(name) {
+		var removed bool
+		switch _, pid, temp := stagingTemp(name); {
+		case temp:
+			removed, err = removeIfOrphan(filepath.Join(parent, name), pid)
+		case IsStagingName(name):
+			removed, err = removeIfStale(filepath.Join(parent, name), now)
+		default:
 			continue
 		}
-		if err := ctx.Err(); err != nil {
-			return n, err
+		if cerr := ctx.Err(); cerr != nil {
+			return n, cerr
 		}
-		removed, err := removeIfStale(filepath.Join(parent, name), now)
 		if removed {
 			n++
 		}
@@ -118,8 +140,10 @@ var ErrStagingBusy = errors.New("transfer: staging directory in use")
 // as ExtractOptions.Staging gives it) once its owner has let go of it: a
 // host whose connection to a remote Extract broke asks for this, while
 // that Extract may still be cleaning up after itself (then dir is gone by
-// the time the lock is free, which is success). It waits, polling, until
-// ctx ends, and then fails with ErrStagingBusy. A missing dir is no error.
+// the time the lock is free, which is success). A directory that Extract
+// was still making under its first name (dir.PID) goes too, once that
+// process is gone. It waits, polling, until ctx ends, and then fails with
+// ErrStagingBusy. A missing dir is no error.
 func RemoveStaging(ctx context.Context, dir string) error {
 	if !IsStagingName(filepath.Base(dir)) {
 		return fmt.Errorf("remove staging directory %s: %w: not a %s name", dir, ErrUnsafePath, StagingPrefix)

@@ -14,6 +14,8 @@ func lockStage(string) (*os.File, error) { return nil, nil }
 
 func removeIfStale(string, time.Time) (bool, error) { return false, nil }
 
+func removeIfOrphan(string, int) (bool, error) { return false, nil }
+
 // removeWhenFree cannot tell whether an owner still holds dir: the
 // caller asked for its own directory by name, so it goes.
 func removeWhenFree(dir string) (bool, error) { return true, removeTree(dir) }

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -217,7 +218,16 @@ func TestStaleStagingLookalikes(t *testing.T) {
 	if err := os.Symlink(filepath.Join(outside, "victim", "lock"), filepath.Join(p("ab07"), "lock")); err != nil { // a marker through a symlink
 		t.Fatal(err)
 	}
-	mustWrite(t, filepath.Join(parent, ".ferry-up-aa04", "pid"), "1\n") // POSIX mode's, not Extract's
+	mustWrite(t, filepath.Join(parent, ".ferry-up-cc04", "pid"), "1\n") // POSIX mode's, not Extract's
+	// Under a first name: gone when its pid is (one this test ran and
+	// reaped), kept while it lives or when the pid is not one.
+	dead := deadPid(t)
+	mustWrite(t, filepath.Join(p("aa05."+strconv.Itoa(dead)), "lock"), "")       // killed before it wrote its marker
+	mustWrite(t, filepath.Join(p("ab11."+strconv.Itoa(dead)), "tree", "f"), "f") // holding what no first name holds
+	mustWrite(t, filepath.Join(p("ab08."+strconv.Itoa(os.Getpid())), "lock"), marker)
+	mustWrite(t, filepath.Join(p("ab09.0x1"), "lock"), marker)
+	mustWrite(t, filepath.Join(p("ab10.0"+strconv.Itoa(dead)), "lock"), marker)
+	mustWrite(t, filepath.Join(p("zz11."+strconv.Itoa(dead)), "lock"), marker)
 	for _, d := range []string{"aa02", "aa03", "ab04", "ab07"} {
 		if err := os.Chtimes(p(d), old, old); err != nil {
 			t.Fatal(err)
@@ -225,12 +235,12 @@ func TestStaleStagingLookalikes(t *testing.T) {
 	}
 	before := names(t, parent)
 	n, err := transfer.RemoveStaleStaging(context.Background(), parent)
-	if err != nil || n != 3 {
-		t.Fatalf("RemoveStaleStaging = %d, %v; want 3", n, err)
+	if err != nil || n != 4 {
+		t.Fatalf("RemoveStaleStaging = %d, %v; want 4", n, err)
 	}
 	var want []string
 	for _, name := range before {
-		if !strings.HasSuffix(name, "aa01") && !strings.HasSuffix(name, "aa02") && !strings.HasSuffix(name, "aa03") {
+		if !strings.Contains(name, "-aa0") {
 			want = append(want, name)
 		}
 	}
@@ -240,6 +250,16 @@ func TestStaleStagingLookalikes(t *testing.T) {
 	if got := names(t, filepath.Join(outside, "victim")); !slices.Equal(got, []string{"lock"}) {
 		t.Fatalf("the symlink's target holds %q", got)
 	}
+}
+
+// deadPid is the pid of a process this test ran and reaped.
+func deadPid(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
 }
 
 // TestRemoveStagingWaits: RemoveStaging of a live staging directory waits
@@ -277,6 +297,8 @@ func TestRemoveStagingWaits(t *testing.T) {
 	}
 	stale := filepath.Join(parent, transfer.StagingPrefix+"0abc")
 	mustWrite(t, filepath.Join(stale, "lock"), "ferry staging directory\n")
+	// And what an owner killed before its rename left of the same name.
+	mustWrite(t, filepath.Join(stale+"."+strconv.Itoa(deadPid(t)), "lock"), "ferry staging directory\n")
 	if err := transfer.RemoveStaging(context.Background(), stale); err != nil {
 		t.Fatal(err)
 	}

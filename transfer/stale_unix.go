@@ -16,12 +16,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// lockStage makes the marker of the fresh staging directory dir and
-// returns it locked; closing it releases the lock. The marker says whose
-// it is, for a human who finds one; only its first line is checked.
+// lockStage makes the marker of the fresh staging directory dir (still
+// under its first name) and returns it locked; closing it releases the
+// lock. The marker says whose it is, for a human who finds one; only its
+// first line is checked.
 func lockStage(dir string) (*os.File, error) {
-	tmp := filepath.Join(dir, lockTemp)
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -30,8 +30,7 @@ func lockStage(dir string) (*os.File, error) {
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	fmt.Fprintf(f, "%spid %d\nhost %s\nstart %s\n", stagingMagic, os.Getpid(), strconv.Quote(host), time.Now().UTC().Format(time.RFC3339Nano))
-	if err := os.Rename(tmp, filepath.Join(dir, lockName)); err != nil {
+	if _, err := fmt.Fprintf(f, "%spid %d\nhost %s\nstart %s\n", stagingMagic, os.Getpid(), strconv.Quote(host), time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -169,11 +168,55 @@ func (s *staging) unmarkedStale(now time.Time) bool {
 		return false
 	}
 	for _, n := range names {
-		if n != "tree" && n != lockTemp {
+		if n != "tree" {
 			return false
 		}
 	}
 	return true
+}
+
+// pidAlive reports whether a process pid exists (of any user's: one that
+// is not ours to signal exists too) and is not a zombie: a process killed
+// is one until its parent reaps it, and does nothing more.
+func pidAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return (err == nil || errors.Is(err, unix.EPERM)) && !zombie(pid)
+}
+
+// removeIfOrphan removes dir, a staging directory under its first name,
+// if its owner pid is gone. What proves it ferry's is its name, its owner
+// and what it holds: a kill before the rename leaves at most the marker,
+// written or not.
+func removeIfOrphan(dir string, pid int) (bool, error) {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	st, isStat := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !isStat || int(st.Uid) != os.Geteuid() || pidAlive(pid) {
+		return false, nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return false, err
+	}
+	names, err := d.Readdirnames(4)
+	d.Close()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	for _, n := range names {
+		if n != lockName {
+			return false, nil
+		}
+	}
+	if err := removeTree(dir); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // removeIfStale removes dir if it is a stale staging directory.
@@ -198,9 +241,37 @@ func removeIfStale(dir string, now time.Time) (bool, error) {
 	return true, nil
 }
 
-// removeWhenFree removes dir once nobody holds its marker: done is false
-// while its owner still does.
+// removeWhenFree removes dir once nobody holds its marker, and what is
+// left of it under a first name whose owner is gone: done is false while
+// an owner lives.
 func removeWhenFree(dir string) (done bool, err error) {
+	if done, err = removeNamedWhenFree(dir); !done || err != nil {
+		return done, err
+	}
+	d, err := os.Open(filepath.Dir(dir))
+	if err != nil {
+		return false, err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return false, err
+	}
+	for _, n := range names {
+		if final, pid, ok := stagingTemp(n); ok && final == filepath.Base(dir) {
+			if pidAlive(pid) {
+				done = false
+				continue
+			}
+			if _, err := removeIfOrphan(filepath.Join(filepath.Dir(dir), n), pid); err != nil {
+				return false, err
+			}
+		}
+	}
+	return done, nil
+}
+
+func removeNamedWhenFree(dir string) (done bool, err error) {
 	s, ok, err := openStaging(dir)
 	if err != nil {
 		return false, err
