@@ -391,15 +391,15 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 // probeScript prints what $1 is for a restore: missing, empty (an empty
 // directory), full (a non-empty directory) or other (anything else, a
 // symlink included). The globs list hidden names too. Names that start
-// with $2 and go on in hex digits are not counted: they are the staging
-// directories of the mode the restore runs in (transfer.StagingPrefix,
-// posix.TempPrefix), which an earlier restore into this directory left
-// when it was cut off; the restore removes them (when stale) before it
-// stages, so that such a leftover does not make a retry refuse the
-// directory as not empty.
+// with $2 and go on in hex digits (and maybe "." and a pid) are not
+// counted: they are the staging directories of the mode the restore runs
+// in (transfer.StagingPrefix, posix.TempPrefix), which an earlier restore
+// into this directory left when it was cut off; the restore removes them
+// (when stale) before it stages, so that such a leftover does not make a
+// retry refuse the directory as not empty.
 const probeScript = `if [ -L "$1" ]; then echo other; elif [ -d "$1" ]; then s=empty; ` +
 	`for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do if [ -e "$e" ] || [ -L "$e" ]; then ` +
-	`case ${e##*/} in "$2"|"$2"*[!0-9a-f]*) s=full; break;; "$2"*) ;; *) s=full; break;; esac; fi; done; echo "$s"; ` +
+	`case ${e##*/} in "$2"|"$2".*|"$2"*.|"$2"*[!0-9a-f.]*|"$2"*.*[!0-9]*) s=full; break;; "$2"*) ;; *) s=full; break;; esac; fi; done; echo "$s"; ` +
 	`elif [ -e "$1" ]; then echo other; else echo missing; fi`
 
 // probeTarget runs probeScript in the sandbox; r's mode says which

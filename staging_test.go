@@ -25,17 +25,25 @@ import (
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
-// dropRelay is a relay that drops for good once the stdin of its execs
-// has carried after bytes: the exec in flight is cancelled as a vanished
-// client's is (the gateway then kills its process group with SIGKILL, so
-// nothing in the sandbox cleans up), and every later exec fails at once
-// with relay.ErrRelayLost (so the host cannot clean up either).
+// dropRelay is a relay that drops for good when drop is called: the
+// execs in flight are cancelled as a vanished client's are (the gateway
+// then kills their process group with SIGKILL, so nothing in the sandbox
+// cleans up), and every later exec fails at once with relay.ErrRelayLost
+// (so the host cannot clean up either).
 type dropRelay struct {
-	x     relay.Execer
-	after int64
-	mu    sync.Mutex
-	sent  int64
-	down  bool
+	x       relay.Execer
+	mu      sync.Mutex
+	down    bool
+	cancels map[*relay.Command]context.CancelFunc
+}
+
+func (d *dropRelay) drop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.down = true
+	for _, cancel := range d.cancels {
+		cancel()
+	}
 }
 
 func (d *dropRelay) isDown() bool {
@@ -45,41 +53,26 @@ func (d *dropRelay) isDown() bool {
 }
 
 func (d *dropRelay) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
-	if d.isDown() {
-		return 0, fmt.Errorf("%w: the test's relay is down", relay.ErrRelayLost)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cc := *cmd
-	if cmd.Stdin != nil {
-		cc.Stdin = &dropReader{r: cmd.Stdin, d: d, cancel: cancel}
+	d.mu.Lock()
+	if d.down {
+		d.mu.Unlock()
+		return 0, fmt.Errorf("%w: the test's relay is down", relay.ErrRelayLost)
 	}
-	code, err := d.x.Exec(ctx, &cc)
+	if d.cancels == nil {
+		d.cancels = map[*relay.Command]context.CancelFunc{}
+	}
+	d.cancels[cmd] = cancel
+	d.mu.Unlock()
+	code, err := d.x.Exec(ctx, cmd)
+	d.mu.Lock()
+	delete(d.cancels, cmd)
+	d.mu.Unlock()
 	if d.isDown() {
 		return 0, fmt.Errorf("%w: the test's relay dropped: %v", relay.ErrRelayLost, err)
 	}
 	return code, err
-}
-
-type dropReader struct {
-	r      io.Reader
-	d      *dropRelay
-	cancel context.CancelFunc
-}
-
-func (r *dropReader) Read(p []byte) (int, error) {
-	n, err := r.r.Read(p)
-	r.d.mu.Lock()
-	r.d.sent += int64(n)
-	drop := !r.d.down && r.d.sent >= r.d.after
-	if drop {
-		r.d.down = true
-	}
-	r.d.mu.Unlock()
-	if drop {
-		r.cancel()
-	}
-	return n, err
 }
 
 // holdRelay holds the stdin of its execs once it has carried after bytes,
@@ -118,12 +111,13 @@ func (r *holdReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// stagingPattern is what a mode's staging directories are called.
+// stagingPattern is what a mode's staging directories are called, under
+// their own name or their first (with the maker's pid).
 func stagingPattern(mode ferry.Mode) *regexp.Regexp {
 	if mode == ferry.ModePOSIX {
-		return regexp.MustCompile(`^\.ferry-up-[0-9a-f]+$`)
+		return regexp.MustCompile(`^\.ferry-up-[0-9a-f]+(\.[0-9]+)?$`)
 	}
-	return regexp.MustCompile(`^\.ferry-staging-[0-9a-f]+$`)
+	return regexp.MustCompile(`^\.ferry-staging-[0-9a-f]+(\.[0-9]+)?$`)
 }
 
 // stagingDirs lists the staging directories of mode in dir.
@@ -151,6 +145,9 @@ func awaitStale(t *testing.T, dir string, mode ferry.Mode) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if mode == ferry.ModePOSIX {
 			b, err := os.ReadFile(filepath.Join(dir, "pid"))
+			if base := filepath.Base(dir); strings.LastIndexByte(base, '.') > 0 && err != nil {
+				b, err = []byte(base[strings.LastIndexByte(base, '.')+1:]), nil // not yet renamed: the pid is in the name
+			}
 			pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
 			if err != nil || perr != nil || syscall.Kill(pid, 0) == syscall.ESRCH {
 				return
@@ -169,6 +166,10 @@ func awaitStale(t *testing.T, dir string, mode ferry.Mode) {
 	}
 	t.Fatalf("%s stayed live", dir)
 }
+
+// gatewayClientGone is the embedded gateway's log of an exec it ended
+// (its process group killed) because its client went away.
+const gatewayClientGone = "exec stopped: client gone"
 
 // TestSessionRestoreRelayDropStaging drops the relay for good in the
 // middle of session restores, so that neither the sandbox (its processes
@@ -193,8 +194,8 @@ func testSessionRestoreRelayDropStaging(t *testing.T, mode ferry.Mode) {
 	sb.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	rng := rand.New(rand.NewPCG(23, 24))
 	files := map[string]string{}
-	for i := range 24 {
-		files[filepath.Join("sess", "d"+strconv.Itoa(i%3), "f"+strconv.Itoa(i))] = noise(rng, 40<<10+rng.IntN(120<<10))
+	for i := range 48 {
+		files[filepath.Join("sess", "d"+strconv.Itoa(i%3), "f"+strconv.Itoa(i))] = noise(rng, 64<<10+rng.IntN(128<<10))
 	}
 	write(t, root, files)
 	st, _ := newStore(t, nil)
@@ -220,15 +221,51 @@ func testSessionRestoreRelayDropStaging(t *testing.T, mode ferry.Mode) {
 				}
 				in = target
 			}
-			drop := &dropRelay{x: c, after: int64(256<<10 + rng.IntN(1<<20))}
+			// The relay drops a moment after the sandbox has begun to
+			// stage: mid-stream.
+			drop := &dropRelay{x: c}
 			dsb := sb
 			dsb.X = drop
+			delay := time.Duration(rng.IntN(3000)) * time.Microsecond
+			done := make(chan struct{})
+			watched := make(chan struct{})
+			go func() {
+				defer close(watched)
+				for range 10000 {
+					select {
+					case <-done:
+						return
+					case <-time.After(200 * time.Microsecond):
+					}
+					if len(stagingDirs(t, in, mode)) > 0 {
+						time.Sleep(delay)
+						drop.drop()
+						return
+					}
+				}
+			}()
+			gone := strings.Count(g.Seen.String(), gatewayClientGone)
 			_, err := ferry.RestoreSession(ctx(t), dsb, st, "k", "sub/dst", ferry.SessionRestoreOptions{})
+			close(done)
+			<-watched
+			if err == nil {
+				t.Logf("the restore finished before the relay dropped (%v after staging)", delay)
+				return
+			}
 			if !errors.Is(err, relay.ErrRelayLost) {
-				t.Fatalf("restore with the relay dropped after %d bytes: err = %v, want ErrRelayLost", drop.after, err)
+				t.Fatalf("restore with the relay dropped %v after staging began: err = %v, want ErrRelayLost", delay, err)
+			}
+			// The next operation comes once the gateway has noticed the
+			// drop and killed what the dropped exec ran: before that, the
+			// dropped restore may still make or hold its staging.
+			for i := 0; strings.Count(g.Seen.String(), gatewayClientGone) == gone; i++ {
+				if i == 1000 {
+					t.Fatal("the gateway never ended the dropped exec")
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
 			stale := stagingDirs(t, in, mode)
-			t.Logf("relay dropped after %d bytes: %v; left %v", drop.after, err, stale)
+			t.Logf("relay dropped %v after staging began: %v; left %v", delay, err, stale)
 			for _, s := range stale {
 				awaitStale(t, filepath.Join(in, s), mode)
 			}
@@ -308,7 +345,9 @@ func testSessionRestoreSparesLiveStaging(t *testing.T, mode ferry.Mode) {
 	}()
 	var live []string
 	for range 1000 {
-		if live = stagingDirs(t, sub, mode); len(live) > 0 {
+		// Under its own name: it carries its maker's pid only while it
+		// is being made.
+		if live = stagingDirs(t, sub, mode); len(live) > 0 && !strings.Contains(live[0][2:], ".") {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
