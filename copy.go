@@ -275,7 +275,9 @@ func Download(ctx context.Context, sb Sandbox, srcs []string, dst string, limits
 	return total, nil
 }
 
-func downloadInto(ctx context.Context, r posix.Remote, dir string, names []string, local string, place transfer.Placement, limits transfer.Limits) (CopyStats, error) {
+// downloadInto is a POSIX-mode download of names in dir to local;
+// onStale is told of stale staging directories removed beside local.
+func downloadInto(ctx context.Context, r posix.Remote, dir string, names []string, local string, place transfer.Placement, limits transfer.Limits, onStale func(int, error)) (CopyStats, error) {
 	pr, pw := io.Pipe()
 	done := make(chan download, 1)
 	go func() {
@@ -292,7 +294,7 @@ func downloadInto(ctx context.Context, r posix.Remote, dir string, names []strin
 		}
 		return *d
 	}
-	st, err := transfer.Extract(ctx, pr, local, transfer.ExtractOptions{Limits: limits, Place: place, Verify: func(st transfer.Stats) error {
+	st, err := transfer.Extract(ctx, pr, local, transfer.ExtractOptions{Limits: limits, Place: place, OnStale: onStale, Verify: func(st transfer.Stats) error {
 		// tar pads its output to a whole record after the end of the
 		// archive; take that, but not an endless stream.
 		if n, err := io.Copy(io.Discard, io.LimitReader(pr, maxTrailer+1)); err != nil {

@@ -84,10 +84,7 @@ func (s Sandbox) open(ctx context.Context) (remote, error) {
 	if s.Mode == ModePOSIX {
 		return p, nil
 	}
-	log := s.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log := s.log()
 	c, d, err := agent.Dial(ctx, agent.DialConfig{X: s.X, Sandbox: s.Name, Bundle: s.Agents, Logger: log})
 	if err != nil {
 		if s.Mode == ModeAuto && errors.Is(err, agent.ErrUnavailable) {
@@ -98,6 +95,14 @@ func (s Sandbox) open(ctx context.Context) (remote, error) {
 	}
 	log.Debug("agent connected", "sandbox", s.Name, "installed", d.Installed, "execs", d.Execs)
 	return agentRemote{c: c, compress: s.Compress, sb: s, log: log}, nil
+}
+
+// log is s.Logger, or a logger that discards.
+func (s Sandbox) log() *slog.Logger {
+	if s.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Logger
 }
 
 // posixRemote is POSIX mode.
@@ -140,6 +145,7 @@ func (p posixRemote) uploadStream(ctx context.Context, fill func(*transfer.Write
 	}()
 	res, err := p.r.Upload(ctx, pr, dest, posix.Placement(place), want)
 	pr.CloseWithError(io.ErrClosedPipe)
+	logStale(p.sb.log(), p.sb.Name, "sandbox", dest, res.Swept, nil)
 	if wErr := <-werr; wErr != nil && err == nil {
 		err = wErr
 	}
@@ -163,7 +169,7 @@ func addItems(ctx context.Context, items []item) func(*transfer.Writer) error {
 }
 
 func (p posixRemote) download(ctx context.Context, dir string, names []string, local string, place transfer.Placement, limits transfer.Limits) (CopyStats, error) {
-	return downloadInto(ctx, p.r, dir, names, local, place, limits)
+	return downloadInto(ctx, p.r, dir, names, local, place, limits, func(n int, err error) { logStale(p.sb.log(), p.sb.Name, "host", local, n, err) })
 }
 
 func (p posixRemote) present(ctx context.Context, dir string, names []string) ([]string, error) {
@@ -192,6 +198,7 @@ func (a agentRemote) upload(ctx context.Context, items []item, dest string, plac
 func (a agentRemote) uploadStream(ctx context.Context, fill func(*transfer.Writer) error, dest string, place transfer.Placement, want int64) (CopyStats, error) {
 	staging := transfer.StagingPrefix + randomTag()
 	res, err := a.c.Put(ctx, agent.PutSpec{Dest: dest, Place: place, Compress: a.compress, Staging: staging}, fill)
+	logStale(a.log, a.sb.Name, "sandbox", dest, res.StaleStaging, nil)
 	if err != nil {
 		if a.c.Lost() {
 			a.removeStaging(ctx, path.Join(transfer.StagingParent(dest, place), staging))
@@ -208,6 +215,7 @@ func (a agentRemote) uploadStream(ctx context.Context, fill func(*transfer.Write
 
 func (a agentRemote) download(ctx context.Context, dir string, names []string, local string, place transfer.Placement, limits transfer.Limits) (CopyStats, error) {
 	res, err := a.c.Get(ctx, agent.GetSpec{Dir: dir, Names: names, Local: local, Place: place, Limits: limits, Compress: a.compress})
+	logStale(a.log, a.sb.Name, "host", local, res.StaleStaging, nil)
 	if err != nil {
 		return CopyStats{}, err
 	}
@@ -232,11 +240,15 @@ func (a agentRemote) present(ctx context.Context, dir string, names []string) ([
 	return out, nil
 }
 
-// removeStaging removes what an agent that died mid-put left, through a
-// new connection; a sandbox that cannot be reached keeps it (it is a hidden
-// directory beside the destination, never the destination).
+// removeStaging removes what an agent lost mid-put left, through a new
+// connection. The lost agent may still be cleaning up after itself, or
+// still writing: the new one waits (within the 30s here) until it lets go
+// of the directory. A sandbox that cannot be reached keeps it (a hidden
+// directory beside the destination, never the destination), until the
+// next transfer that stages in the same directory finds it stale and
+// removes it.
 func (a agentRemote) removeStaging(ctx context.Context, p string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeStagingWait)
 	defer cancel()
 	c, _, err := agent.Dial(ctx, agent.DialConfig{X: a.sb.X, Sandbox: a.sb.Name, Bundle: a.sb.Agents, Logger: a.log})
 	if err == nil {
@@ -244,7 +256,24 @@ func (a agentRemote) removeStaging(ctx context.Context, p string) {
 		c.Close()
 	}
 	if err != nil {
-		a.log.Warn("cannot remove the staging directory of a failed upload", "sandbox", a.sb.Name, "path", p, "err", err)
+		a.log.Warn("cannot remove the staging directory of a failed upload now; the next transfer into its directory will", "sandbox", a.sb.Name, "path", p, "err", err)
+		return
+	}
+	a.log.Debug("removed the staging directory of a failed upload", "sandbox", a.sb.Name, "path", p)
+}
+
+// removeStagingWait bounds removeStaging.
+const removeStagingWait = 30 * time.Second
+
+// logStale logs the stale staging directories of earlier transfers that
+// a transfer to dest removed before it staged its own (side "sandbox" or
+// "host", where dest is), and a failure to remove one.
+func logStale(log *slog.Logger, sandbox, side, dest string, n int, err error) {
+	if n > 0 {
+		log.Info("removed stale staging directories of earlier transfers", "sandbox", sandbox, "side", side, "dest", dest, "count", n)
+	}
+	if err != nil {
+		log.Warn("cannot remove a stale staging directory", "sandbox", sandbox, "side", side, "dest", dest, "err", err)
 	}
 }
 

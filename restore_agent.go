@@ -48,6 +48,7 @@ func (a agentRemote) restoreSnapshot(ctx context.Context, st *session.Store, m *
 	pf := startPrefetch(ctx, st, m, entries, prefetchWindow)
 	defer pf.close()
 	res, err := a.c.Restore(ctx, agent.RestoreSpec{Dest: dest, Place: place, Staging: staging}, entries, pf.next)
+	logStale(a.log, a.sb.Name, "sandbox", dest, res.StaleStaging, nil)
 	if err != nil {
 		stagingPath := path.Join(transfer.StagingParent(dest, place), staging)
 		// A stream the host broke off (a chunk it could not read) is

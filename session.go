@@ -16,6 +16,7 @@ import (
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/posix"
 )
 
 // SessionSaveResult is what SaveSession stored, in the shape `ferry
@@ -214,7 +215,8 @@ type SessionRestoreResult struct {
 // written to remoteDir.
 //
 // A missing remoteDir is created (0700, with its parents); an empty one
-// receives the tree. A non-empty one is refused with an error matching
+// receives the tree, and so does one that holds nothing but the staging
+// directory a cut restore into it left (which goes). A non-empty one is refused with an error matching
 // session.ErrNotEmpty unless opts.Replace; then the tree is placed as a
 // hidden new sibling of remoteDir and swapped in by one exec of sh: the
 // old directory is renamed aside, the new one renamed to remoteDir (the
@@ -279,7 +281,7 @@ func restoreSession(ctx context.Context, sb Sandbox, r remote, st *session.Store
 	if k, err := r.stat(ctx, remoteDir, false); err != nil {
 		return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, sb.Name, remoteDir, err)
 	} else if k != transfer.Missing {
-		if state, err = probeTarget(ctx, sb, remoteDir); err != nil {
+		if state, err = probeTarget(ctx, sb, r, remoteDir); err != nil {
 			return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, sb.Name, remoteDir, err)
 		}
 	}
@@ -401,12 +403,26 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 
 // probeScript prints what $1 is for a restore: missing, empty (an empty
 // directory), full (a non-empty directory) or other (anything else, a
-// symlink included). ls -A lists hidden names too.
-const probeScript = `if [ -L "$1" ]; then echo other; elif [ -d "$1" ]; then if [ -z "$(ls -A -- "$1")" ]; then echo empty; else echo full; fi; elif [ -e "$1" ]; then echo other; else echo missing; fi`
+// symlink included). The globs list hidden names too. Names that start
+// with $2 and go on in hex digits (and maybe "." and a pid) are not
+// counted: they are the staging directories of the mode the restore runs
+// in (transfer.StagingPrefix, posix.TempPrefix), which an earlier restore
+// into this directory left when it was cut off; the restore removes them
+// (when stale) before it stages, so that such a leftover does not make a
+// retry refuse the directory as not empty.
+const probeScript = `if [ -L "$1" ]; then echo other; elif [ -d "$1" ]; then s=empty; ` +
+	`for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do if [ -e "$e" ] || [ -L "$e" ]; then ` +
+	`case ${e##*/} in "$2"|"$2".*|"$2"*.|"$2"*[!0-9a-f.]*|"$2"*.*[!0-9]*) s=full; break;; "$2"*) ;; *) s=full; break;; esac; fi; done; echo "$s"; ` +
+	`elif [ -e "$1" ]; then echo other; else echo missing; fi`
 
-// probeTarget runs probeScript in the sandbox.
-func probeTarget(ctx context.Context, sb Sandbox, dir string) (string, error) {
-	out, err := shOut(ctx, sb, probeScript, dir)
+// probeTarget runs probeScript in the sandbox; r's mode says which
+// staging names it passes over.
+func probeTarget(ctx context.Context, sb Sandbox, r remote, dir string) (string, error) {
+	staging := transfer.StagingPrefix
+	if _, ok := r.(posixRemote); ok {
+		staging = posix.TempPrefix
+	}
+	out, err := shOut(ctx, sb, probeScript, dir, staging)
 	if err != nil {
 		return "", fmt.Errorf("probe target: %w", err)
 	}

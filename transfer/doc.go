@@ -7,7 +7,10 @@
 // everywhere"). It writes only through an os.Root opened on a staging
 // directory beside the destination and renames the tree into place once
 // the whole stream has been read and checked, so a refused or cut stream
-// leaves nothing behind. It refuses absolute names and ".." components,
+// leaves nothing behind. A staging directory is locked (flock) while it is
+// live; one whose extraction was killed outright is removed by the next
+// Extract that stages in the same directory ([RemoveStaleStaging]), which
+// never touches a live one. It refuses absolute names and ".." components,
 // devices, FIFOs and unknown entry types, writes through symlinks and type
 // swaps of paths the stream created, symlinks that resolve outside the tree
 // (also through chains of other symlinks), hard links to anything not

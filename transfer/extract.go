@@ -81,8 +81,15 @@ type ExtractOptions struct {
 	// exclusively beside the destination (in it, for PlaceInto) instead of
 	// a random name: a caller that may be killed mid-stream chooses it, so
 	// that whoever cleans up after it knows what to remove. It must be one
-	// path element starting with StagingPrefix.
+	// path element: StagingPrefix and 1 to 64 lower-case hex digits,
+	// which is what RemoveStaleStaging recognises.
 	Staging string
+	// OnStale, when non-nil, is told how many stale staging directories
+	// (see RemoveStaleStaging) Extract removed from the directory it
+	// stages in, before it made its own, and the first error it met
+	// doing so; it is called only when there was one or the other. A
+	// failure there does not fail the extraction.
+	OnStale func(removed int, err error)
 }
 
 // StagingPrefix begins the name of every staging directory.
@@ -97,7 +104,10 @@ const StagingPrefix = ".ferry-staging-"
 // including a proper end of archive (two zero blocks: a stream that stops
 // without them is ErrTruncated), is anything renamed into place. On any
 // error from the stream nothing appears at dest, dest's previous content is
-// untouched, and the staging directory is removed.
+// untouched, and the staging directory is removed. A staging directory is
+// locked while it is live, so that one a killed Extract left behind can be
+// told from the live one of a concurrent Extract: Extract first removes
+// the stale ones in the directory it stages in (see RemoveStaleStaging).
 //
 // What is refused, each as an *EntryError naming the entry (see the
 // sentinels): absolute names and ".." components; device, FIFO and unknown
@@ -129,7 +139,7 @@ func Extract(ctx context.Context, r io.Reader, dest string, opts ExtractOptions)
 	if err != nil {
 		return Stats{}, err
 	}
-	st, err := newStage(dest, opts.Place, opts.Staging)
+	st, err := newStage(ctx, dest, opts.Place, opts.Staging, opts.OnStale)
 	if err != nil {
 		return Stats{}, err
 	}

@@ -373,6 +373,7 @@ func TestStagingName(t *testing.T) {
 		{transfer.StagingPrefix + "0123abcd", true},
 		{"plain", false},
 		{transfer.StagingPrefix, false},
+		{transfer.StagingPrefix + "notes", false}, // not hex: no sweep would know it
 		{transfer.StagingPrefix + "x/../../evil", false},
 		{"../" + transfer.StagingPrefix + "x", false},
 	} {

@@ -1,6 +1,9 @@
 package transfer
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,7 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strings"
+	"strconv"
 	"time"
 )
 
@@ -23,9 +26,12 @@ type stage struct {
 	dir  string   // the staging directory
 	tree string   // dir/tree, the extraction root
 	root *os.Root // opened on tree
+	lock *os.File // dir's marker, locked while the stage is live (see stale.go)
 }
 
-func newStage(dest string, place Placement, name string) (*stage, error) {
+// newStage makes the staging directory for dest, first removing stale
+// ones from the directory it goes in (told to onStale).
+func newStage(ctx context.Context, dest string, place Placement, name string, onStale func(int, error)) (*stage, error) {
 	if dest == "" {
 		return nil, errors.New("transfer: empty destination")
 	}
@@ -61,48 +67,81 @@ func newStage(dest string, place Placement, name string) (*stage, error) {
 	default:
 		return nil, fmt.Errorf("transfer: unknown placement %d", place)
 	}
-	var dir string
-	var err error
-	if name == "" {
-		dir, err = os.MkdirTemp(parent, StagingPrefix+"*")
-	} else {
-		if !strings.HasPrefix(name, StagingPrefix) || name == StagingPrefix || strings.ContainsAny(name, "/\x00") || name != filepath.Base(name) {
-			return nil, fmt.Errorf("create staging directory %q: %w: not a %s name", name, ErrUnsafePath, StagingPrefix)
+	if name != "" && !IsStagingName(name) {
+		return nil, fmt.Errorf("create staging directory %q: %w: not a %s name with hex digits", name, ErrUnsafePath, StagingPrefix)
+	}
+	// A dead transfer's staging directory goes before this one is made;
+	// failing to remove one costs only its space.
+	if n, err := RemoveStaleStaging(ctx, parent); (n > 0 || err != nil) && onStale != nil {
+		onStale(n, err)
+	}
+	st := &stage{dest: dest, mode: place}
+	for i := 0; ; i++ {
+		n := name
+		if n == "" {
+			n = StagingPrefix + randomHex()
 		}
-		dir = filepath.Join(parent, name)
-		err = os.Mkdir(dir, 0o700)
+		err := st.make(filepath.Join(parent, n))
+		if err == nil {
+			break
+		}
+		if name != "" || !errors.Is(err, fs.ErrExist) || i == 9 {
+			return nil, fmt.Errorf("create staging directory: %w", err)
+		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("create staging directory: %w", err)
-	}
-	st := &stage{dest: dest, mode: place, dir: dir, tree: filepath.Join(dir, "tree")}
 	if err := os.Mkdir(st.tree, 0o777); err != nil {
 		return nil, errors.Join(fmt.Errorf("create staging directory: %w", err), st.cleanup())
 	}
+	var err error
 	if st.root, err = os.OpenRoot(st.tree); err != nil {
 		return nil, errors.Join(fmt.Errorf("create staging directory: %w", err), st.cleanup())
 	}
 	return st, nil
 }
 
+// make makes the staging directory dir, exclusively, with its marker
+// locked: under its first name (dir.PID), then renamed (see stale.go).
+func (st *stage) make(dir string) error {
+	first := dir + "." + strconv.Itoa(os.Getpid())
+	if err := os.Mkdir(first, 0o700); err != nil {
+		return err
+	}
+	lock, err := lockStage(first)
+	if err == nil {
+		err = renameNoReplace(first, dir)
+	}
+	if err != nil {
+		if lock != nil {
+			lock.Close()
+		}
+		return errors.Join(err, removeTree(first))
+	}
+	st.dir, st.tree, st.lock = dir, filepath.Join(dir, "tree"), lock
+	return nil
+}
+
+// randomHex is 16 random hex digits.
+func randomHex() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 // cleanup closes the root and removes the staging directory with whatever
-// is left in it. Directories the stream made read-only are made writable
-// first.
+// is left in it, and only then lets go of its lock: until then no sweep
+// of another transfer takes it for stale. What it fails to remove, the
+// next transfer staging beside it removes.
 func (st *stage) cleanup() error {
 	if st.root != nil {
 		st.root.Close()
 		st.root = nil
 	}
-	if err := os.RemoveAll(st.dir); err == nil {
-		return nil
+	err := removeTree(st.dir)
+	if st.lock != nil {
+		st.lock.Close()
+		st.lock = nil
 	}
-	filepath.WalkDir(st.dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	if err := os.RemoveAll(st.dir); err != nil {
+	if err != nil {
 		return fmt.Errorf("remove staging directory: %w", err)
 	}
 	return nil

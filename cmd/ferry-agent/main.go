@@ -43,7 +43,16 @@ func main() {
 		fmt.Printf("ferry-agent %s protocol %d sha256:%x\n", version, agent.ProtocolVersion, digest)
 		return
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The exec ending reaches the agent as its stdin closing, as SIGHUP
+	// (a session that hangs up) or SIGTERM (a relay that stops it), or as
+	// a write to a stdout nobody reads. Each ends the serving the way a
+	// closed stdin does, so that a Put or Restore in flight removes its
+	// staging directory before the process exits. SIGPIPE is caught only
+	// so that such a write fails with EPIPE (which ends the connection):
+	// uncaught, it kills a Go program writing to fd 1 on the spot; ignored,
+	// it would stay ignored in the commands the agent spawns.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// Non-blocking, stdin goes through Go's poller, so closing it (on

@@ -175,11 +175,13 @@ func (c *Client) Get(ctx context.Context, spec GetSpec) (Result, error) {
 	}}
 	tr := newTreeReader(msgs, spec.Limits)
 	tr.minEntries = minEntries
+	var stale int
 	st, err := transfer.Extract(ctx, tr.fr, spec.Local, transfer.ExtractOptions{
-		Limits: spec.Limits,
-		Place:  spec.Place,
-		OnFile: tr.onFile,
-		Verify: tr.verify,
+		Limits:  spec.Limits,
+		Place:   spec.Place,
+		OnFile:  tr.onFile,
+		Verify:  tr.verify,
+		OnStale: func(n int, _ error) { stale = n },
 	})
 	if err != nil {
 		// The agent's own failure ended the stream: that is the cause.
@@ -188,5 +190,5 @@ func (c *Client) Get(ctx context.Context, spec GetSpec) (Result, error) {
 		}
 		return Result{}, fmt.Errorf("%s: %w", op, err)
 	}
-	return Result{Stats: st, WireBytes: msgs.wire, Entries: msgs.trailer.GetEntries()}, nil
+	return Result{Stats: st, WireBytes: msgs.wire, Entries: msgs.trailer.GetEntries(), StaleStaging: stale}, nil
 }

@@ -64,6 +64,7 @@ func (s *server) put(stream agentv1.Agent_PutServer) (*agentv1.Stats, error) {
 		OnFile:  tr.onFile,
 		Verify:  tr.verify,
 		Staging: h.GetStaging(),
+		OnStale: s.reportStale(stream, "put", h.GetDest()),
 	})
 	if err != nil {
 		return nil, err
@@ -172,6 +173,12 @@ func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *transfer.Wr
 	if err == nil {
 		err = t.finish()
 	}
+	if err != nil {
+		// The frame writer's goroutines may still be sending: closing it
+		// waits for them, before cw is looked at and before the
+		// half-close below, after which none may send.
+		t.fw.Close()
+	}
 	if t.cw.failed {
 		return Result{}, ended()
 	}
@@ -179,10 +186,7 @@ func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *transfer.Wr
 		// The host's side failed (a source file, most often). Half-close
 		// rather than cancel, as Restore does (see abandon): the agent
 		// sees the stream end without a trailer, refuses it and removes
-		// its staging before it answers. The frame writer is closed
-		// first so that none of its goroutines sends after the
-		// half-close.
-		t.fw.Close()
+		// its staging before it answers.
 		abandon(func() { stream.CloseAndRecv() }, cancel)
 		return Result{}, fmt.Errorf("%s: %w", op, err)
 	}
@@ -194,7 +198,7 @@ func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *transfer.Wr
 	if err != nil {
 		return Result{}, c.callErr(op, err)
 	}
-	res := Result{Stats: t.tw.Stats(), WireBytes: t.cw.wire, Entries: trailer.GetEntries()}
+	res := Result{Stats: t.tw.Stats(), WireBytes: t.cw.wire, Entries: trailer.GetEntries(), StaleStaging: staleCount(stream.Trailer())}
 	// The agent checked the trailer; a count it reports otherwise is an
 	// agent that placed something else.
 	if as := resp.GetStats(); as.GetFiles() != res.Files || as.GetDirs() != res.Dirs || as.GetSymlinks() != res.Symlinks || as.GetBytes() != res.Bytes {

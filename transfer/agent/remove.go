@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+	"github.com/ferry-dev/ferry/transfer"
 )
 
 func (s *server) Remove(ctx context.Context, req *agentv1.RemoveRequest) (*agentv1.RemoveResponse, error) {
@@ -29,7 +30,17 @@ func (s *server) Remove(ctx context.Context, req *agentv1.RemoveRequest) (*agent
 		if err := ctx.Err(); err != nil {
 			return nil, toStatus(err)
 		}
-		if err := removeAll(filepath.Clean(s.abs(p))); err != nil {
+		abs := filepath.Clean(s.abs(p))
+		var err error
+		if transfer.IsStagingName(filepath.Base(abs)) {
+			// A host removing the staging directory of a transfer it lost:
+			// that transfer's agent may still be cleaning up after itself,
+			// or still writing into it.
+			err = transfer.RemoveStaging(ctx, abs)
+		} else {
+			err = removeAll(abs)
+		}
+		if err != nil {
 			return nil, toStatus(fmt.Errorf("remove %s: %w", p, err))
 		}
 	}
@@ -60,7 +71,11 @@ func removeAll(p string) error {
 // Remove deletes paths in the sandbox, directories with their contents,
 // in one call. A missing path is not an error; the root of the file
 // system and the workspace itself are refused (ErrInvalidPath), as is
-// any path before anything is removed.
+// any path before anything is removed. A path named as a staging
+// directory (transfer.IsStagingName) is removed only once no transfer
+// holds it (transfer.RemoveStaging): the call waits for that until ctx
+// ends, and a path of that name that is not a directory of the agent's
+// user is refused.
 func (c *Client) Remove(ctx context.Context, paths ...string) error {
 	for _, p := range paths {
 		if err := checkRemotePath("remove", p); err != nil {

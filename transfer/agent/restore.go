@@ -113,6 +113,7 @@ func (s *server) restore(stream agentv1.Agent_RestoreServer) (*agentv1.Stats, er
 		Limits:  lim,
 		Place:   place,
 		Staging: h.GetStaging(),
+		OnStale: s.reportStale(stream, "restore", h.GetDest()),
 	})
 	if err != nil {
 		// Unblock the writer, whose error (the stream's, or a bad chunk)
@@ -520,7 +521,7 @@ func (c *Client) Restore(ctx context.Context, spec RestoreSpec, entries []Restor
 	if as.GetFiles() != want.Files || as.GetDirs() != want.Dirs || as.GetSymlinks() != want.Symlinks || as.GetBytes() != want.Bytes {
 		return Result{}, fmt.Errorf("%s: %w: the agent reports %v, the host sent %+v", op, transfer.ErrDigest, as, want)
 	}
-	return Result{Stats: want, WireBytes: wire, Entries: want.Files + want.Dirs + want.Symlinks}, nil
+	return Result{Stats: want, WireBytes: wire, Entries: want.Files + want.Dirs + want.Symlinks, StaleStaging: staleCount(stream.Trailer())}, nil
 }
 
 // abandon ends a Put or Restore the host cannot finish by half-closing

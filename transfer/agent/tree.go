@@ -34,6 +34,11 @@ type Result struct {
 	// Entries is the sender's count from its trailer: Files + Dirs +
 	// Symlinks.
 	Entries int64
+	// StaleStaging is how many stale staging directories of earlier,
+	// killed transfers the receiver removed from the directory it
+	// staged in (see transfer.RemoveStaleStaging): the agent, for Put
+	// and Restore, as it reports it; the host, for Get.
+	StaleStaging int
 }
 
 // ErrInvalidPath means a path or name was refused before any call: empty,

@@ -8,8 +8,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -97,10 +100,18 @@ func TestConcurrent(t *testing.T) {
 	noLeftovers(t, b.dir)
 }
 
-// TestSweep: an upload removes temp dirs of earlier uploads whose process
-// is gone, and leaves those of live ones (and anything else) alone.
+// TestSweep: an upload removes temp dirs of earlier uploads whose script
+// is gone (its pid, in the dir or in the name of one not yet renamed,
+// dead; or an old dir without a pid), and says how many; it leaves those of live ones alone, and anything that is not one
+// of Upload's temp dirs: another name, a symlink (never followed).
 func TestSweep(t *testing.T) {
-	b := gatewayBox(t, flavors[0], gateway.Config{}, "")
+	for _, f := range flavors {
+		t.Run(f.name, func(t *testing.T) { testSweep(t, f) })
+	}
+}
+
+func testSweep(t *testing.T, f flavor) {
+	b := gatewayBox(t, f, gateway.Config{}, "")
 	mk := func(name, pid string) string {
 		d := filepath.Join(b.dir, "p", name)
 		if err := os.MkdirAll(filepath.Join(d, "r"), 0o700); err != nil {
@@ -113,19 +124,85 @@ func TestSweep(t *testing.T) {
 		}
 		return d
 	}
+	old := time.Now().Add(-10 * time.Minute)
 	dead := mk(".ferry-up-0123", "999999999")
+	// A dead one whose tree has a read-only directory in it.
+	deadRO := mk(".ferry-up-0124", "999999998")
+	if err := os.MkdirAll(filepath.Join(deadRO, "r", "ro", "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(deadRO, "r", "ro"), 0o555); err != nil {
+		t.Fatal(err)
+	}
+	orphan := mk(".ferry-up-0125", "") // killed before its pid was written
+	if err := os.Chtimes(orphan, old, old); err != nil {
+		t.Fatal(err)
+	}
+	preDead := mk(".ferry-up-0126.999999997", "") // killed before its rename: the pid is in the name
+	preLive := mk(".ferry-up-0127."+strconv.Itoa(os.Getpid()), "")
+	twoDots := mk(".ferry-up-0128.1.2", "")
+	if err := os.Chtimes(twoDots, old, old); err != nil {
+		t.Fatal(err)
+	}
 	live := mk(".ferry-up-4567", strconv.Itoa(os.Getpid()))
 	young := mk(".ferry-up-89ab", "") // made, pid not yet written
 	other := mk(".ferry-other", "999999999")
-	if _, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, true, sampleTree)), "p/new", posix.PlaceNew, -1); err != nil {
+	notHex := mk(".ferry-up-notes", "999999999")
+	target := mk("elsewhere", "999999999")
+	link := filepath.Join(b.dir, "p", ".ferry-up-cdef")
+	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(dead); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("dead temp dir kept: %v", err)
+	res, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, true, sampleTree)), "p/new", posix.PlaceNew, -1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, d := range []string{live, young, other} {
-		if _, err := os.Stat(d); err != nil {
-			t.Fatalf("%s swept: %v", d, err)
+	if res.Swept != 4 {
+		t.Errorf("Swept = %d, want 4", res.Swept)
+	}
+	for _, d := range []string{dead, deadRO, orphan, preDead} {
+		if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s kept: %v", d, err)
 		}
+	}
+	for _, d := range []string{live, preLive, twoDots, young, other, notHex, link, filepath.Join(target, "pid")} {
+		if _, err := os.Lstat(d); err != nil {
+			t.Errorf("%s swept: %v", d, err)
+		}
+	}
+}
+
+// TestCleanupBeforeRename: the host's cleanup after a failed upload also
+// removes the temp dir of a script killed before it renamed it (TMP.PID,
+// its pid dead), and nothing else beside it.
+func TestCleanupBeforeRename(t *testing.T) {
+	for _, sh := range [][]string{{"/bin/sh"}, {"/usr/bin/busybox", "sh"}} {
+		t.Run(strings.Join(sh, " "), func(t *testing.T) {
+			if _, err := os.Stat(sh[0]); err != nil {
+				t.Skipf("no %s", sh[0])
+			}
+			dir := t.TempDir()
+			tmp := filepath.Join(dir, ".ferry-up-00aa")
+			for _, d := range []string{tmp + ".999999996/r", tmp + ".x/r", filepath.Join(dir, ".ferry-up-00ab.999999995")} {
+				if err := os.MkdirAll(d, 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(tmp+".999999996/pid", []byte("999999996\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(sh[0], append(sh[1:], "-c", posix.Scripts["cleanup"], "sh", tmp)...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("cleanup: %v\n%s", err, out)
+			}
+			var got []string
+			des, _ := os.ReadDir(dir)
+			for _, de := range des {
+				got = append(got, de.Name())
+			}
+			if want := []string{".ferry-up-00aa.x", ".ferry-up-00ab.999999995"}; !slices.Equal(got, want) {
+				t.Fatalf("left %q, want %q", got, want)
+			}
+		})
 	}
 }

@@ -46,11 +46,16 @@ type Result struct {
 	// WireBytes is what crossed the channel: stdin sent plus stdout and
 	// stderr received, a login shell's banner included.
 	WireBytes int64
+	// Swept is, for Upload, how many temp dirs of earlier uploads whose
+	// script is gone (killed, or cut off with its relay) the sandbox
+	// removed beside dest before it made its own.
+	Swept int
 }
 
-// tmpPrefix begins the names of Upload's temp dirs; upload.sh's sweep of
+// TempPrefix begins the names of Upload's temp dirs (hex digits follow);
+// upload.sh's sweep of
 // dead ones matches it.
-const tmpPrefix = ".ferry-up-"
+const TempPrefix = ".ferry-up-"
 
 // cleanupTimeout bounds the exec that removes a temp dir after a failure
 // the upload script could not clean up after itself.
@@ -109,7 +114,7 @@ func (r Remote) Upload(ctx context.Context, archive io.Reader, dest string, plac
 	}
 	// Hidden, unguessable, and named by the host, so that the host can
 	// remove it after a kill; mkdir in the script makes it exclusively.
-	tmp := path.Join(parent, tmpPrefix+strings.TrimPrefix(tag, "ferry-"))
+	tmp := path.Join(parent, TempPrefix+strings.TrimPrefix(tag, "ferry-"))
 	if !path.IsAbs(tmp) {
 		tmp = "./" + tmp
 	}
@@ -120,6 +125,11 @@ func (r Remote) Upload(ctx context.Context, archive io.Reader, dest string, plac
 		[]string{tag, word, rd, parent, tmp, strconv.FormatInt(wantEntries, 10)},
 		in, out, ctl)
 	res := Result{WireBytes: in.n.Load() + out.n.Load() + ctl.wire.Load()}
+	if v, ok := ctl.msg("swept"); ok {
+		if n, perr := strconv.Atoi(v); perr == nil && n > 0 {
+			res.Swept = n
+		}
+	}
 	if err != nil {
 		return res, r.cleanup(ctx, tmp, fmt.Errorf("upload to %s: %w", dest, err))
 	}

@@ -9,11 +9,14 @@
 # exit status 3. TMP is removed on every way out the shell sees; it holds
 # the script's pid in TMP/pid, so that a cleanup after a kill can wait for
 # the script to be gone, and so that the next upload into PARENT removes it
-# (its owner dead) if nothing else did.
+# (its owner dead) if nothing else did: that sweep reports "TAG swept N".
+# TMP is made as TMP.PID and renamed once TMP.PID/pid is written: at no
+# point does a kill leave a temp dir that does not say whose it is.
 tag=$1 place=$2 dest=$3 parent=$4 tmp=$5 want=$6;
 made=;
 say() { printf '%s %s\n' "$tag" "$*" >&2; };
-cleanup() { if [ -n "$made" ]; then rm -rf -- "$tmp"; fi; };
+pre=$tmp.$$;
+cleanup() { if [ -n "$made" ]; then chmod -R u+rwx -- "$pre" "$tmp" 2>/dev/null; rm -rf -- "$pre" "$tmp"; fi; };
 fail() { cleanup; say fail "$@"; exit 3; };
 trap 'cleanup; exit 129' HUP;
 trap 'cleanup; exit 130' INT;
@@ -95,14 +98,57 @@ as) if isdir "$dest"; then fail exists 0; fi;
 *) fail usage 0;
 	;;
 esac;
-for old in "$parent"/.ferry-up-*; do
-	if [ -f "$old/pid" ] && read -r pid < "$old/pid" && [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
-		rm -rf -- "$old";
+# The sweep: a temp dir of an earlier upload into PARENT goes when its
+# script is gone: the pid in it (or, before its rename, in its name) not
+# alive (see alive). A
+# dir without either (made by an older ferry) goes once unchanged for 5
+# minutes (a find without -mmin keeps it). Only real directories of this
+# user's named as Upload names them (hex digits, and .PID) are looked at;
+# a pid reused since only keeps a dead one a while longer.
+# alive PID: the process exists (also another user's, as /proc shows it)
+# and is no zombie (killed, waiting to be reaped).
+alive() {
+	s=;
+	if [ -r "/proc/$1/stat" ]; then
+		read -r s < "/proc/$1/stat";
+		case ${s##*") "} in Z*|X*) return 1;; esac;
 	fi;
+	kill -0 "$1" 2>/dev/null || [ -d "/proc/$1" ];
+};
+swept=0;
+for old in "$parent"/.ferry-up-*; do
+	pid=;
+	case ${old##*/} in
+	.ferry-up-|.ferry-up-.*|.ferry-up-*[!0-9a-f.]*|.ferry-up-*.*.*|.ferry-up-*.) continue;;
+	.ferry-up-*.*) pid=${old##*.};;
+	esac;
+	case $pid in *[!0-9]*) continue;; esac;
+	if [ -L "$old" ] || [ ! -d "$old" ] || [ ! -O "$old" ]; then continue; fi;
+	if [ -z "$pid" ] && [ -f "$old/pid" ] && [ ! -L "$old/pid" ]; then
+		read -r pid < "$old/pid";
+		case $pid in ''|*[!0-9]*) continue;; esac;
+	fi;
+	if [ -n "$pid" ]; then
+		if alive "$pid"; then continue; fi;
+	elif [ -e "$old/pid" ] || [ -L "$old/pid" ] || [ -z "$(find "$old" -prune -mmin +5 2>/dev/null)" ]; then
+		continue;
+	fi;
+	# The pid is sh's: its tar, killed with it, may still be finishing a
+	# write, which makes one rm fail.
+	i=0;
+	while [ -e "$old" ] && [ "$i" -lt 3 ]; do
+		chmod -R u+rwx -- "$old" 2>/dev/null;
+		rm -rf -- "$old" 2>/dev/null || sleep 0.1 2>/dev/null || sleep 1;
+		i=$((i+1));
+	done;
+	if [ ! -e "$old" ]; then swept=$((swept+1)); fi;
 done;
-mkdir -m 700 -- "$tmp" || fail tmp "$?";
+if [ "$swept" -gt 0 ]; then say swept "$swept"; fi;
+if exists "$tmp"; then fail tmp 1; fi;
+mkdir -m 700 -- "$pre" || fail tmp "$?";
 made=1;
-echo "$$" > "$tmp/pid" || fail tmp "$?";
+echo "$$" > "$pre/pid" || fail tmp "$?";
+mv -- "$pre" "$tmp" || fail tmp "$?";
 mkdir -- "$tmp/r" || fail tmp "$?";
 tar -x -p -o -f - -C "$tmp/r" || fail tar "$?";
 n=$(find "$tmp/r" -mindepth 1 -exec sh -c 'echo $#' sh {} + | sum);
