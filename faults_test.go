@@ -1,7 +1,9 @@
 package ferry_test
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -142,7 +144,32 @@ func TestAgentKilledMidTransfer(t *testing.T) {
 	}
 }
 
-// killAgentWhen SIGKILLs every ferry agent serving once ready() holds,
+// descendant reports whether process pid descends from ancestor, by the
+// parent links in /proc (at most 64 of them).
+func descendant(pid, ancestor int) bool {
+	for range 64 {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return false
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces and parens.
+		i := bytes.LastIndexByte(b, ')')
+		f := strings.Fields(string(b[i+1:]))
+		if i < 0 || len(f) < 2 {
+			return false
+		}
+		if pid, err = strconv.Atoi(f[1]); err != nil || pid <= 1 {
+			return false
+		}
+		if pid == ancestor {
+			return true
+		}
+	}
+	return false
+}
+
+// killAgentWhen SIGKILLs every ferry agent serving that this test process
+// started (through its in-process gateway) once ready() holds,
 // polling until stop.
 func killAgentWhen(stop <-chan struct{}, ready func() bool) bool {
 	deadline := time.After(30 * time.Second)
@@ -165,7 +192,9 @@ func killAgentWhen(stop <-chan struct{}, ready func() bool) bool {
 				continue
 			}
 			pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-			if err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			// Only an agent this test's own gateway started: never
+			// another test binary's.
+			if err == nil && descendant(pid, os.Getpid()) && syscall.Kill(pid, syscall.SIGKILL) == nil {
 				killed = true
 			}
 		}
