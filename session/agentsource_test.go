@@ -37,7 +37,7 @@ func agentSave(t *testing.T, s *session.Store, key string, src *session.AgentSou
 	if err != nil {
 		t.Fatalf("save %s through the agent: %v", src.Dir, err)
 	}
-	return m
+	return loaded(t, s, m)
 }
 
 // sameManifest fails t unless a and b describe the same tree with the

@@ -1,13 +1,11 @@
 package session
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"slices"
-	"strings"
 	"sync"
 )
 
@@ -57,6 +55,11 @@ type Sink interface {
 // look-ups behind Sink.Has are the listings and pack indexes Save loads
 // when it begins, not a request per chunk; the write order is packs,
 // their index objects, then the manifest.
+//
+// The manifest returned has no Entries (Load reads them): a save holds
+// its entries as records in a bounded buffer and a temp file (see spill),
+// and streams the manifest from there into the commit, so that its memory
+// does not grow with the tree.
 func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, error) {
 	if err := ValidKey(key); err != nil {
 		return nil, err
@@ -79,7 +82,8 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 		}
 	}
 	up := newGroup(ctx, uploadParallel)
-	sk := &sink{s: s, up: up, confirmed: map[ID]bool{}, absent: map[ID]bool{}, paths: map[string]bool{}}
+	sk := &sink{s: s, up: up, confirmed: map[ID]bool{}, absent: map[ID]bool{}}
+	defer sk.close()
 	if s.cfg.Pack {
 		// Pack uploads run under ctx, not up's context: up is done (and
 		// its context cancelled) when the last chunk is in a pack, before
@@ -119,11 +123,9 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 		return nil, fmt.Errorf("save %s: %w", key, err)
 	}
 	m.Time = s.cfg.Now().UTC()
-	data, err := encodeManifest(m)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.b.Put(ctx, manifestName(key, m.Seq), bytes.NewReader(data), true); err != nil {
+	body := sk.body(m)
+	defer body.Close()
+	if err := s.b.Put(ctx, manifestName(key, m.Seq), body, true); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return nil, &ConflictError{Key: key, Seq: m.Seq}
 		}
@@ -146,9 +148,11 @@ type sink struct {
 	confirmed map[ID]bool
 	// absent are chunks Has found missing or stale: Put uploads them
 	// without asking the store a second time.
-	absent    map[ID]bool
-	paths     map[string]bool
-	entries   []Entry
+	absent map[ID]bool
+	// entries are those Add took, as records in memory or spilled to a
+	// temp file (see spill), with their totals.
+	entries   spill
+	totals    Manifest
 	newBytes  int64
 	newChunks int64
 	sealed    bool
@@ -315,7 +319,6 @@ func (k *sink) putPacked(ctx context.Context, id ID, data, zstd []byte, stored, 
 }
 
 func (k *sink) Add(e Entry) error {
-	e.Chunks = slices.Clone(e.Chunks)
 	if err := e.validate(); err != nil {
 		return err
 	}
@@ -324,40 +327,25 @@ func (k *sink) Add(e Entry) error {
 	if k.sealed {
 		return errors.New("add entry: the save is over")
 	}
-	if k.paths[e.Path] {
-		return fmt.Errorf("entry %q: duplicate", e.Path)
-	}
 	for _, c := range e.Chunks {
 		if !k.confirmed[c.ID] {
 			return fmt.Errorf("entry %q: chunk %s neither stored nor confirmed", e.Path, c.ID)
 		}
 	}
-	k.paths[e.Path] = true
-	k.entries = append(k.entries, e)
-	return nil
+	return k.addEntry(&e)
 }
 
 // manifest seals the sink and builds the manifest, validated as a reader
-// would.
+// would, duplicates included: all but its entries, which stay in the sink
+// for its body.
 func (k *sink) manifest(key string, seq, parent int64) (*Manifest, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.sealed = true
-	m := &Manifest{Format: manifestFormat, Key: key, Seq: seq, Parent: parent, NewBytes: k.newBytes, NewChunks: k.newChunks, Entries: k.entries}
-	slices.SortFunc(m.Entries, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
-	for _, e := range m.Entries {
-		switch e.Kind {
-		case KindDir:
-			m.Dirs++
-		case KindFile:
-			m.Files++
-			m.Bytes += e.Size
-		case KindSymlink:
-			m.Symlinks++
-		}
-	}
-	if err := m.validate(); err != nil {
+	m := k.totals
+	m.Format, m.Key, m.Seq, m.Parent, m.NewBytes, m.NewChunks = manifestFormat, key, seq, parent, k.newBytes, k.newChunks
+	if err := k.checkEntries(&m); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrManifest, err)
 	}
-	return m, nil
+	return &m, nil
 }
