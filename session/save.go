@@ -16,9 +16,10 @@ type Source interface {
 	// Scan reports the tree to sink: every entry, and through Put the
 	// contents of every chunk the entries reference that sink.Has does not
 	// confirm. prev is the snapshot the save starts from (nil if none):
-	// a file unchanged since prev may reuse prev's chunk list. Scan
-	// returns when it is done; it must not use sink after that.
-	Scan(ctx context.Context, prev *Manifest, sink Sink) error
+	// a file unchanged since prev may reuse prev's chunk list, which
+	// prev.Files finds. Scan returns when it is done; it must not use
+	// sink or prev after that.
+	Scan(ctx context.Context, prev *Parent, sink Sink) error
 }
 
 // Sink receives a Source's tree during Save. Its methods are safe for
@@ -68,13 +69,14 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 	if err != nil {
 		return nil, err
 	}
-	var prev *Manifest
+	var prev *Parent
 	var parent int64
 	if len(seqs) > 0 {
 		parent = seqs[len(seqs)-1]
-		if prev, err = s.load(ctx, key, parent); err != nil {
+		if prev, err = s.loadParent(ctx, key, parent); err != nil {
 			return nil, fmt.Errorf("save %s: %w", key, err)
 		}
+		defer prev.close()
 	}
 	if s.cfg.Pack {
 		if err := s.refreshView(ctx, true); err != nil {
@@ -90,12 +92,8 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 		// the last pack is sealed.
 		sk.pk = newPacker(ctx, s, up.fail)
 	}
-	if prev != nil {
-		for _, e := range prev.Entries {
-			for _, c := range e.Chunks {
-				sk.confirmed[c.ID] = true
-			}
-		}
+	if err := prev.eachChunk(func(id ID) { sk.confirmed[id] = true }); err != nil {
+		return nil, fmt.Errorf("save %s: %w", key, err)
 	}
 	// The scan runs under the uploads' context, so that a failed upload,
 	// which loses the save, stops it too; a failed scan stops the uploads.

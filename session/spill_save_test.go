@@ -45,7 +45,7 @@ func TestSaveSpilled(t *testing.T) {
 // twice is a Source that adds one path twice.
 type twice struct{ kinds [2]session.Kind }
 
-func (tw twice) Scan(_ context.Context, _ *session.Manifest, sink session.Sink) error {
+func (tw twice) Scan(_ context.Context, _ *session.Parent, sink session.Sink) error {
 	for _, k := range tw.kinds {
 		e := session.Entry{Path: "x", Kind: k, Mode: 0o700}
 		if k == session.KindSymlink {
@@ -71,5 +71,31 @@ func TestSaveRefusesDuplicates(t *testing.T) {
 		if _, err := s.Load(context.Background(), "k", 0); !errors.Is(err, session.ErrNoSnapshot) {
 			t.Fatalf("a snapshot was committed: %v", err)
 		}
+	}
+}
+
+// TestAgentSourceSpilled: with the parent's files spilled over many runs,
+// a save through the agent of the tree unchanged finds every file in the
+// parent as it walks: all are reported unchanged and none is read.
+func TestAgentSourceSpilled(t *testing.T) {
+	session.SetSpillBudget(t, 1<<10)
+	ws := t.TempDir()
+	src := filepath.Join(ws, "s")
+	if err := os.Mkdir(src, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tree := transfertest.RandomTree(t, src, 22, transfertest.TreeOptions{Entries: 600, MaxFileSize: 2 << 10})
+	rec := &recorder{up: agentIn(t, ws).RPC(), unchanged: map[string]bool{}}
+	c := fakeAgent(t, rec)
+	s, _ := memStore(t)
+	m1 := agentSave(t, s, "k", &session.AgentSource{Client: c, Dir: "s", ReuseUnchanged: true})
+	rec.reads, rec.known = nil, 0
+	m2 := agentSave(t, s, "k", &session.AgentSource{Client: c, Dir: "s", ReuseUnchanged: true})
+	if int64(len(rec.unchanged)) != tree.Files || int64(rec.known) != tree.Files || len(rec.reads) != 0 || m2.NewBytes != 0 {
+		t.Fatalf("unchanged save: %d known, %d of %d files reported unchanged, %d chunks read, %d new bytes",
+			rec.known, len(rec.unchanged), tree.Files, len(rec.reads), m2.NewBytes)
+	}
+	if !reflect.DeepEqual(m1.Entries, m2.Entries) {
+		t.Fatal("the unchanged save's entries differ from the first's")
 	}
 }
