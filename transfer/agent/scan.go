@@ -34,8 +34,9 @@ const (
 	// maxMessage. At the default 32 KiB average that is files of about
 	// 32 GiB; a larger file fails the scan with ErrLimit.
 	maxFileChunks = 1 << 20
-	// scanBatch is the size a ScanResponse grows to before it is sent.
-	scanBatch = 1 << 20
+	// scanBatch is the size a ScanResponse grows to before it is sent:
+	// thousands of entries, a few times as much in memory at each end.
+	scanBatch = 256 << 10
 )
 
 // oScan opens a file a scan reads: never through a final symlink (one
