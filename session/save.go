@@ -343,7 +343,7 @@ func (k *sink) manifest(key string, seq, parent int64) (*Manifest, error) {
 	m := k.totals
 	m.Format, m.Key, m.Seq, m.Parent, m.NewBytes, m.NewChunks = manifestFormat, key, seq, parent, k.newBytes, k.newChunks
 	if err := k.checkEntries(&m); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrManifest, err)
+		return nil, err
 	}
 	return &m, nil
 }

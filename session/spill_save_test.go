@@ -65,7 +65,7 @@ func TestSaveRefusesDuplicates(t *testing.T) {
 		session.SetSpillBudget(t, budget)
 		s, _ := memStore(t)
 		_, err := s.Save(context.Background(), "k", twice{[2]session.Kind{session.KindDir, session.KindSymlink}})
-		if !errors.Is(err, session.ErrManifest) || !strings.Contains(err.Error(), `"x": out of order or duplicate`) {
+		if !errors.Is(err, session.ErrManifest) || !strings.Contains(err.Error(), `"x": out of order or duplicate`) || strings.Count(err.Error(), "invalid manifest") != 1 {
 			t.Fatalf("budget %d: %v, want ErrManifest naming the duplicate", budget, err)
 		}
 		if _, err := s.Load(context.Background(), "k", 0); !errors.Is(err, session.ErrNoSnapshot) {
