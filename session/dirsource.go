@@ -36,6 +36,9 @@ func (d DirSource) Scan(ctx context.Context, prev *Parent, sink Sink) error {
 	}
 	defer root.Close()
 	// fs.WalkDir's order is prev's: each file is found in one pass.
+	if !d.ReuseUnchanged {
+		prev = nil
+	}
 	files := prev.Files()
 	ch := cdc.New(nil, cdc.Default)
 	return fs.WalkDir(root.FS(), ".", func(p string, de fs.DirEntry, err error) error {
@@ -63,12 +66,9 @@ func (d DirSource) Scan(ctx context.Context, prev *Parent, sink Sink) error {
 			}
 		case fi.Mode().IsRegular():
 			e.Kind = KindFile
-			var o Entry
-			var found bool
-			if d.ReuseUnchanged {
-				if o, found, err = files.Find(p); err != nil {
-					return fmt.Errorf("scan %s: %w", d.Dir, err)
-				}
+			o, found, err := files.Find(p)
+			if err != nil {
+				return fmt.Errorf("scan %s: %w", d.Dir, err)
 			}
 			if found && o.Size == fi.Size() && o.MTime == e.MTime {
 				e.Size, e.Chunks = o.Size, o.Chunks
