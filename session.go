@@ -142,7 +142,7 @@ var _ session.Source = (*downloadSource)(nil)
 // Scan implements session.Source. The temp directory is 0700 (a session
 // may hold credentials, such as codex's auth.json) and is removed before
 // Scan returns.
-func (d *downloadSource) Scan(ctx context.Context, prev *session.Manifest, sink session.Sink) error {
+func (d *downloadSource) Scan(ctx context.Context, prev *session.Parent, sink session.Sink) error {
 	tmp, err := os.MkdirTemp("", "ferry-session-*")
 	if err != nil {
 		return fmt.Errorf("download %s: %w", d.dir, err)

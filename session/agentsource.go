@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"iter"
 	"strings"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/cdc"
 	"github.com/ferry-dev/ferry/transfer/frame"
@@ -36,8 +38,9 @@ var ErrAgent = errors.New("session: invalid answer from the agent")
 // modes, mtimes and symlink targets), so the two save identical manifests.
 //
 // The agent is not trusted: every entry is checked (clean relative path,
-// no duplicates, known kind, chunks contiguous from offset 0, each of 1 to
-// MaxChunkSize bytes, adding up to the size) before anything is fetched,
+// in strictly ascending walk order, so no duplicates; known kind; chunks
+// contiguous from offset 0, each of 1 to MaxChunkSize bytes, adding up to
+// the size) before anything is fetched,
 // and every fetched chunk must hash to its ID. Any violation fails the
 // save, which then commits nothing; the error matches ErrAgent, or
 // transfer.ErrDigest for a chunk's bytes.
@@ -68,28 +71,22 @@ type AgentSource struct {
 var _ Source = (*AgentSource)(nil)
 
 // Scan implements Source.
-func (a *AgentSource) Scan(ctx context.Context, prev *Manifest, sink Sink) error {
+func (a *AgentSource) Scan(ctx context.Context, prev *Parent, sink Sink) error {
 	if a.Client == nil {
 		return errors.New("agent source: nil client")
 	}
-	old := map[string]*Entry{}
-	var known []*agentv1.KnownFile
-	if prev != nil && a.ReuseUnchanged {
-		for i := range prev.Entries {
-			e := &prev.Entries[i]
-			// A file whose chunks the store no longer all holds is not
-			// offered as known: the agent reads it again.
-			if e.Kind == KindFile && held(ctx, sink, e) {
-				old[e.Path] = e
-				known = append(known, &agentv1.KnownFile{Path: e.Path, Size: e.Size, MtimeUnixNano: e.MTime})
-			}
-		}
+	if !a.ReuseUnchanged {
+		prev = nil
+	}
+	var known iter.Seq2[*agentv1.KnownFile, error]
+	if prev != nil {
+		known = knownFiles(ctx, prev, sink)
 	}
 	f := &fetcher{a: a, sink: sink, want: map[ID]bool{}}
 	defer f.stop()
-	seen := map[string]bool{}
+	w := &agentWalk{files: prev.Files()}
 	err := a.Client.Scan(ctx, a.Dir, known, cdc.Default, func(se *agentv1.ScanEntry) error {
-		e, chunks, err := a.entry(se, old, seen)
+		e, chunks, err := a.entry(se, w)
 		if err != nil {
 			return fmt.Errorf("scan %s: %w", a.Dir, err)
 		}
@@ -101,10 +98,44 @@ func (a *AgentSource) Scan(ctx context.Context, prev *Manifest, sink Sink) error
 	return err
 }
 
+// knownFiles tells the agent prev's files, in walk order, as it walks: a
+// reader of its own, beside the one entry looks the unchanged files up
+// with.
+//
+// A file whose chunks the store no longer all holds is left out: the
+// agent reads it again, and the save stores the lost chunks anew.
+func knownFiles(ctx context.Context, prev *Parent, sink Sink) iter.Seq2[*agentv1.KnownFile, error] {
+	return func(yield func(*agentv1.KnownFile, error) bool) {
+		files := prev.Files()
+		for {
+			e, ok, err := files.Next()
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if !ok {
+				return
+			}
+			if held(ctx, sink, &e) && !yield(&agentv1.KnownFile{Path: e.Path, Size: e.Size, MtimeUnixNano: e.MTime}, nil) {
+				return
+			}
+		}
+	}
+}
+
+// agentWalk is what entry knows of the scan so far: the agent reports its
+// walk in walk order, strictly ascending (so without duplicates, which
+// needs no set of the paths seen), and the parent's files are read along.
+type agentWalk struct {
+	files *ParentFiles
+	last  string
+	n     int
+}
+
 // entry checks one entry from the agent and builds the manifest's Entry
 // from it, as DirSource would. chunks are the reads of its chunks, which
 // the sink may still lack.
-func (a *AgentSource) entry(se *agentv1.ScanEntry, old map[string]*Entry, seen map[string]bool) (Entry, []*agentv1.ChunkInfo, error) {
+func (a *AgentSource) entry(se *agentv1.ScanEntry, w *agentWalk) (Entry, []*agentv1.ChunkInfo, error) {
 	p := se.GetPath()
 	bad := func(format string, args ...any) (Entry, []*agentv1.ChunkInfo, error) {
 		return Entry{}, nil, fmt.Errorf("%w: entry %q: %s", ErrAgent, p, fmt.Sprintf(format, args...))
@@ -112,13 +143,19 @@ func (a *AgentSource) entry(se *agentv1.ScanEntry, old map[string]*Entry, seen m
 	if len(p) > maxPathLen || !fs.ValidPath(p) || p == "." || strings.ContainsRune(p, 0) {
 		return bad("unsafe path")
 	}
-	if seen[p] {
-		return bad("duplicate")
+	if w.n > 0 {
+		switch transfer.CompareWalk(w.last, p) {
+		case 0:
+			return bad("duplicate")
+		case 1:
+			return bad("out of walk order, after %q", w.last)
+		}
 	}
-	if len(seen) >= maxEntries {
+	if w.n >= maxEntries {
 		return bad("over %d entries", maxEntries)
 	}
-	seen[p] = true
+	w.last = p
+	w.n++
 	if se.GetMode()&^0o7777 != 0 {
 		return bad("mode %o", se.GetMode())
 	}
@@ -142,8 +179,11 @@ func (a *AgentSource) entry(se *agentv1.ScanEntry, old map[string]*Entry, seen m
 		e.Kind = KindFile
 		e.Size = se.GetSize()
 		if se.GetUnchanged() {
-			o := old[p]
-			if o == nil || len(se.GetChunks()) != 0 || o.Size != e.Size || o.MTime != e.MTime {
+			o, ok, err := w.files.Find(p)
+			if err != nil {
+				return Entry{}, nil, err
+			}
+			if !ok || len(se.GetChunks()) != 0 || o.Size != e.Size || o.MTime != e.MTime {
 				return bad("unchanged, but not as the host knows it")
 			}
 			e.Chunks = o.Chunks

@@ -37,7 +37,7 @@ func agentSave(t *testing.T, s *session.Store, key string, src *session.AgentSou
 	if err != nil {
 		t.Fatalf("save %s through the agent: %v", src.Dir, err)
 	}
-	return m
+	return loaded(t, s, m)
 }
 
 // sameManifest fails t unless a and b describe the same tree with the
@@ -109,12 +109,34 @@ type recorder struct {
 	up        agentv1.AgentClient
 	mu        sync.Mutex
 	unchanged map[string]bool
+	known     int // files the host told the agent it knows
 	reads     []*agentv1.ChunkRead
 }
 
-func (r *recorder) Scan(req *agentv1.ScanRequest, s agentv1.Agent_ScanServer) error {
-	up, err := r.up.Scan(s.Context(), req)
+// ScanStream passes the host's requests on as they come (in a test, the
+// known files fit the stream's window: the agent need not read them for
+// the host to send them all), then the agent's answers.
+func (r *recorder) ScanStream(s agentv1.Agent_ScanStreamServer) error {
+	up, err := r.up.ScanStream(s.Context())
 	if err != nil {
+		return err
+	}
+	for {
+		req, err := s.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.known += len(req.GetKnown())
+		r.mu.Unlock()
+		if err := up.Send(req); err != nil {
+			return err
+		}
+	}
+	if err := up.CloseSend(); err != nil {
 		return err
 	}
 	for {
@@ -236,7 +258,7 @@ type liarAgent struct {
 	data    map[string][]byte
 }
 
-func (l *liarAgent) Scan(req *agentv1.ScanRequest, s agentv1.Agent_ScanServer) error {
+func (l *liarAgent) ScanStream(s agentv1.Agent_ScanStreamServer) error {
 	return s.Send(&agentv1.ScanResponse{Entries: l.entries})
 }
 
@@ -288,6 +310,9 @@ func TestAgentSourceHostile(t *testing.T) {
 		{"dot", []*agentv1.ScanEntry{dirEntry(".")}, honest, session.ErrAgent, `"."`},
 		{"duplicate", []*agentv1.ScanEntry{file("a", data), file("a", data)}, honest, session.ErrAgent, `"a"`},
 		{"duplicate kinds", []*agentv1.ScanEntry{dirEntry("a"), file("a", data)}, honest, session.ErrAgent, `"a"`},
+		{"out of order", []*agentv1.ScanEntry{file("b", data), file("a", data)}, honest, session.ErrAgent, `"a": out of walk order`},
+		// Byte order, not walk order: "a-b" sorts before "a/x" by bytes.
+		{"byte order", []*agentv1.ScanEntry{dirEntry("a"), file("a-b", data), file("a/x", data)}, honest, session.ErrAgent, `"a/x": out of walk order`},
 		{"sizes do not sum", []*agentv1.ScanEntry{func() *agentv1.ScanEntry { e := file("a", data); e.Size++; return e }()}, honest, session.ErrAgent, `"a"`},
 		{"gap", []*agentv1.ScanEntry{func() *agentv1.ScanEntry { e := two(file("a", data)); e.Chunks[1].Offset++; return e }()}, honest, session.ErrAgent, `"a"`},
 		{"chunk too big", []*agentv1.ScanEntry{func() *agentv1.ScanEntry {

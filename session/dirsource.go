@@ -29,18 +29,17 @@ type DirSource struct {
 var _ Source = DirSource{}
 
 // Scan implements Source.
-func (d DirSource) Scan(ctx context.Context, prev *Manifest, sink Sink) error {
+func (d DirSource) Scan(ctx context.Context, prev *Parent, sink Sink) error {
 	root, err := os.OpenRoot(d.Dir)
 	if err != nil {
 		return fmt.Errorf("scan %s: %w", d.Dir, err)
 	}
 	defer root.Close()
-	old := map[string]*Entry{}
-	if prev != nil && d.ReuseUnchanged {
-		for i := range prev.Entries {
-			old[prev.Entries[i].Path] = &prev.Entries[i]
-		}
+	// fs.WalkDir's order is prev's: each file is found in one pass.
+	if !d.ReuseUnchanged {
+		prev = nil
 	}
+	files := prev.Files()
 	ch := cdc.New(nil, cdc.Default)
 	return fs.WalkDir(root.FS(), ".", func(p string, de fs.DirEntry, err error) error {
 		if err != nil {
@@ -67,7 +66,11 @@ func (d DirSource) Scan(ctx context.Context, prev *Manifest, sink Sink) error {
 			}
 		case fi.Mode().IsRegular():
 			e.Kind = KindFile
-			if o := old[p]; o != nil && o.Kind == KindFile && o.Size == fi.Size() && o.MTime == e.MTime && held(ctx, sink, o) {
+			o, found, err := files.Find(p)
+			if err != nil {
+				return fmt.Errorf("scan %s: %w", d.Dir, err)
+			}
+			if found && o.Size == fi.Size() && o.MTime == e.MTime && held(ctx, sink, &o) {
 				e.Size, e.Chunks = o.Size, o.Chunks
 			} else if err := d.readFile(ctx, root, ch, &e, sink); err != nil {
 				return fmt.Errorf("scan %s: %w", filepath.Join(d.Dir, p), err)

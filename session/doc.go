@@ -45,8 +45,15 @@
 // only missing chunks through [Sink.Put]; the Sink accepts no entry that
 // references a chunk neither stored nor confirmed.
 //
-// Memory is bounded by chunk, pack and buffer sizes and by the manifest
-// (one entry per path), never by file sizes.
+// Memory is bounded by chunk, pack and buffer sizes, never by file sizes.
+// A save's is not bounded by the file count either: it holds its entries,
+// and the files of the snapshot it starts from ([Parent]), as compact
+// records in a spill (4 MiB in memory, sorted runs in a private, unlinked
+// temp file beyond), reads and writes manifests as streams, and streams
+// the known files to the agent in walk order. What still grows with the
+// tree is the set of chunk IDs the save has confirmed (about 65 bytes a
+// chunk: 20 MiB at 300,000) and the directory paths a manifest's parents
+// are checked against. Restore, Verify and Prune hold a whole manifest.
 //
 // # What Prune may remove, and what a Save may reuse
 //

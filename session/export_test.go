@@ -13,3 +13,11 @@ func SetPackCacheBytes(t interface{ Cleanup(func()) }, n int64) {
 	packCacheBytes = n
 	t.Cleanup(func() { packCacheBytes = old })
 }
+
+// SetSpillBudget sets the record bytes a save holds in memory before it
+// spills them to its temp file, until the test ends.
+func SetSpillBudget(t interface{ Cleanup(func()) }, n int) {
+	old := spillBudget
+	spillBudget = n
+	t.Cleanup(func() { spillBudget = old })
+}

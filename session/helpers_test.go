@@ -52,11 +52,31 @@ func diskStoreAt(t *testing.T, dir string) *session.Store {
 	return s
 }
 
+// save saves dir as the next snapshot of key and returns the snapshot's
+// manifest as Load reads it.
 func save(t *testing.T, s *session.Store, key, dir string) *session.Manifest {
 	t.Helper()
 	m, err := s.Save(context.Background(), key, session.DirSource{Dir: dir, ReuseUnchanged: true})
 	if err != nil {
 		t.Fatalf("save %s: %v", dir, err)
+	}
+	return loaded(t, s, m)
+}
+
+// loaded is the committed snapshot m as Load reads it, entries and all
+// (Save's manifest has none); its totals must be m's.
+func loaded(t *testing.T, s *session.Store, m *session.Manifest) *session.Manifest {
+	t.Helper()
+	if m.Entries != nil {
+		t.Fatalf("Save returned %d entries, want none", len(m.Entries))
+	}
+	got, err := s.Load(context.Background(), m.Key, m.Seq)
+	if err != nil {
+		t.Fatalf("load snapshot %d of %s: %v", m.Seq, m.Key, err)
+	}
+	got.Entries, m.Entries = nil, got.Entries
+	if got.Info() != m.Info() || got.Dirs != m.Dirs || got.Symlinks != m.Symlinks || got.Parent != m.Parent {
+		t.Fatalf("snapshot %d of %s: saved %+v, loaded %+v", m.Seq, m.Key, m.Info(), got.Info())
 	}
 	return m
 }

@@ -28,7 +28,7 @@ type duringScan struct {
 	during func(ctx context.Context) error
 }
 
-func (d duringScan) Scan(ctx context.Context, prev *session.Manifest, sink session.Sink) error {
+func (d duringScan) Scan(ctx context.Context, prev *session.Parent, sink session.Sink) error {
 	if err := d.DirSource.Scan(ctx, prev, sink); err != nil {
 		return err
 	}

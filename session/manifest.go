@@ -2,11 +2,10 @@ package session
 
 import (
 	"bytes"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -95,47 +94,54 @@ func manifestName(key string, seq int64) string {
 	return snapshotPrefix + key + "/" + strconv.FormatInt(seq, 10)
 }
 
-// encodeManifest is the stored form of m: zstd-compressed JSON.
+// encodeManifest is the stored form of m: zstd-compressed JSON (see
+// writeManifest).
 func encodeManifest(m *Manifest) ([]byte, error) {
-	js, err := json.Marshal(m)
+	var b bytes.Buffer
+	err := writeManifest(&b, m, func(yield func(*Entry) error) error {
+		for i := range m.Entries {
+			if err := yield(&m.Entries[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("encode manifest: %w", err)
+		return nil, err
 	}
-	return encoder.EncodeAll(js, nil), nil
+	return b.Bytes(), nil
 }
 
-// decodeManifest reads a stored manifest and validates it as untrusted
-// input: see validate. Every error matches ErrManifest.
+// decodeManifest reads a stored manifest whole and validates it as
+// untrusted input: see validate. Every error matches ErrManifest, but r's.
 func decodeManifest(r io.Reader) (*Manifest, error) {
-	stored, err := io.ReadAll(io.LimitReader(r, maxManifestStored+1))
+	var entries []Entry
+	m, err := readManifest(r, func(e *Entry) error {
+		entries = append(entries, *e)
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("read manifest: %w", err)
+		return nil, err
 	}
-	if len(stored) > maxManifestStored {
-		return nil, fmt.Errorf("%w: over %d bytes", ErrManifest, maxManifestStored)
-	}
-	js, err := manifestDecoder.DecodeAll(stored, nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: decompress: %v", ErrManifest, err)
-	}
-	return parseManifest(js)
+	m.Entries = entries
+	return m, nil
 }
 
 // parseManifest decodes and validates a manifest's JSON.
 func parseManifest(js []byte) (*Manifest, error) {
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	var m Manifest
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrManifest, err)
+	var entries []Entry
+	m, err := readManifestJSON(bytes.NewReader(js), func(e *Entry) error {
+		entries = append(entries, *e)
+		return nil
+	})
+	if err != nil {
+		if !errors.Is(err, ErrManifest) {
+			err = fmt.Errorf("%w: %v", ErrManifest, err)
+		}
+		return nil, err
 	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: data after the manifest", ErrManifest)
-	}
-	if err := m.validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrManifest, err)
-	}
-	return &m, nil
+	m.Entries = entries
+	return m, nil
 }
 
 // validate checks what a reader relies on: a known format, a valid key and
@@ -144,6 +150,23 @@ func parseManifest(js []byte) (*Manifest, error) {
 // symlink), kinds with only their own fields, permission-only modes, file
 // sizes equal to the sum of their chunks, and totals that add up.
 func (m *Manifest) validate() error {
+	if err := m.validateHeader(); err != nil {
+		return err
+	}
+	if len(m.Entries) > maxEntries {
+		return fmt.Errorf("%d entries, over %d", len(m.Entries), maxEntries)
+	}
+	var ck entryChecker
+	for i := range m.Entries {
+		if err := ck.check(&m.Entries[i]); err != nil {
+			return err
+		}
+	}
+	return ck.totals(m)
+}
+
+// validateHeader is validate without the entries.
+func (m *Manifest) validateHeader() error {
 	if m.Format != manifestFormat {
 		return fmt.Errorf("format %d, want %d", m.Format, manifestFormat)
 	}
@@ -153,41 +176,8 @@ func (m *Manifest) validate() error {
 	if m.Seq < 1 || m.Parent < 0 || m.Parent >= m.Seq {
 		return fmt.Errorf("sequence %d, parent %d", m.Seq, m.Parent)
 	}
-	if len(m.Entries) > maxEntries {
-		return fmt.Errorf("%d entries, over %d", len(m.Entries), maxEntries)
-	}
 	if m.NewBytes < 0 || m.NewChunks < 0 {
 		return fmt.Errorf("negative new bytes or chunks")
-	}
-	dirs := map[string]bool{".": true}
-	var files, ndirs, links, total int64
-	for i := range m.Entries {
-		e := &m.Entries[i]
-		if err := e.validate(); err != nil {
-			return err
-		}
-		if i > 0 && m.Entries[i-1].Path >= e.Path {
-			return fmt.Errorf("entry %q: out of order or duplicate", e.Path)
-		}
-		if !dirs[path.Dir(e.Path)] {
-			return fmt.Errorf("entry %q: parent is not a directory entry", e.Path)
-		}
-		switch e.Kind {
-		case KindDir:
-			dirs[e.Path] = true
-			ndirs++
-		case KindFile:
-			files++
-			if total += e.Size; total < 0 {
-				return fmt.Errorf("entry %q: total size overflows", e.Path)
-			}
-		case KindSymlink:
-			links++
-		}
-	}
-	if files != m.Files || ndirs != m.Dirs || links != m.Symlinks || total != m.Bytes {
-		return fmt.Errorf("totals %d files, %d dirs, %d symlinks, %d bytes; entries add up to %d, %d, %d, %d",
-			m.Files, m.Dirs, m.Symlinks, m.Bytes, files, ndirs, links, total)
 	}
 	return nil
 }

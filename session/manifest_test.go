@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -178,6 +179,60 @@ func TestDefaultLocation(t *testing.T) {
 		t.Setenv("XDG_STATE_HOME", tc.xdg)
 		if got, err := DefaultLocation(); err != nil || got != tc.want {
 			t.Errorf("FERRY_STORE=%q XDG_STATE_HOME=%q: %q, %v; want %q", tc.store, tc.xdg, got, err, tc.want)
+		}
+	}
+}
+
+// TestManifestFormatCompatible: what writeManifest stores, the reader of
+// before the streams (one DecodeAll, one json decode) reads; what that
+// code stored (one json.Marshal, one EncodeAll: a frame whose window is
+// its whole content), readManifest reads.
+func TestManifestFormatCompatible(t *testing.T) {
+	m := validManifest()
+	stored, err := encodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := manifestDecoder.DecodeAll(stored, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	var old Manifest
+	if err := dec.Decode(&old); err != nil || dec.More() {
+		t.Fatalf("old reader: %v (more: %v)", err, dec.More())
+	}
+	want, _ := json.Marshal(m)
+	if got, _ := json.Marshal(&old); !bytes.Equal(got, want) {
+		t.Errorf("old reader read\n%s\nwant\n%s", got, want)
+	}
+
+	oldStored := encoder.EncodeAll(want, nil)
+	got, err := decodeManifest(bytes.NewReader(oldStored))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if js, _ := json.Marshal(got); !bytes.Equal(js, want) {
+		t.Errorf("old manifest read as\n%s\nwant\n%s", js, want)
+	}
+}
+
+// TestManifestCaps: past its cap, the writer's and the reader's byte
+// counts fail with ErrManifest, naming the cap; up to it they pass.
+func TestManifestCaps(t *testing.T) {
+	w := &capWriter{w: io.Discard, max: 10, what: "JSON"}
+	if _, err := w.Write(make([]byte, 10)); err != nil {
+		t.Fatalf("write up to the cap: %v", err)
+	}
+	if _, err := w.Write([]byte{0}); !errors.Is(err, ErrManifest) || !strings.Contains(err.Error(), "over 10 bytes of JSON") {
+		t.Fatalf("write past the cap: %v", err)
+	}
+	for _, n := range []int{10, 11} {
+		r := &capReader{r: bytes.NewReader(make([]byte, n)), max: 10, what: "stored bytes"}
+		_, err := io.ReadAll(r)
+		if over := n > 10; over != (err != nil) || over && !errors.Is(err, ErrManifest) {
+			t.Errorf("read of %d bytes, cap 10: %v", n, err)
 		}
 	}
 }

@@ -26,7 +26,7 @@ type pruneDuring struct {
 	s *session.Store
 }
 
-func (p pruneDuring) Scan(ctx context.Context, prev *session.Manifest, sink session.Sink) error {
+func (p pruneDuring) Scan(ctx context.Context, prev *session.Parent, sink session.Sink) error {
 	if err := p.DirSource.Scan(ctx, prev, sink); err != nil {
 		return err
 	}

@@ -209,7 +209,7 @@ func TestRepairChunksChanged(t *testing.T) {
 // other bytes, and adds an entry that references the chunks.
 type forger struct{ want []session.ID }
 
-func (f forger) Scan(ctx context.Context, _ *session.Manifest, sink session.Sink) error {
+func (f forger) Scan(ctx context.Context, _ *session.Parent, sink session.Sink) error {
 	var refs []session.ChunkRef
 	for i, id := range f.want {
 		if ok, err := sink.Has(ctx, id); err != nil || ok {
@@ -292,7 +292,7 @@ type withholding struct {
 	id session.ID
 }
 
-func (w withholding) Scan(ctx context.Context, prev *session.Manifest, sink session.Sink) error {
+func (w withholding) Scan(ctx context.Context, prev *session.Parent, sink session.Sink) error {
 	return w.Source.Scan(ctx, prev, withholdingSink{sink, w.id})
 }
 

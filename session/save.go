@@ -1,14 +1,13 @@
 package session
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -20,9 +19,10 @@ type Source interface {
 	// Scan reports the tree to sink: every entry, and through Put the
 	// contents of every chunk the entries reference that sink.Has does not
 	// confirm. prev is the snapshot the save starts from (nil if none):
-	// a file unchanged since prev may reuse prev's chunk list. Scan
-	// returns when it is done; it must not use sink after that.
-	Scan(ctx context.Context, prev *Manifest, sink Sink) error
+	// a file unchanged since prev may reuse prev's chunk list, which
+	// prev.Files finds. Scan returns when it is done; it must not use
+	// sink or prev after that.
+	Scan(ctx context.Context, prev *Parent, sink Sink) error
 }
 
 // Sink receives a Source's tree during Save. Its methods are safe for
@@ -59,6 +59,11 @@ type Sink interface {
 // look-ups behind Sink.Has are the listings and pack indexes Save loads
 // when it begins, not a request per chunk; the write order is packs,
 // their index objects, then the manifest.
+//
+// The manifest returned has no Entries (Load reads them): a save holds
+// its entries as records in a bounded buffer and a temp file (see spill),
+// and streams the manifest from there into the commit, so that its memory
+// does not grow with the tree.
 func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, error) {
 	if err := ValidKey(key); err != nil {
 		return nil, err
@@ -78,37 +83,39 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 	if err != nil {
 		return nil, fmt.Errorf("save %s: %w", key, err)
 	}
+	defer prev.close()
 	if s.cfg.Pack {
 		if err := s.refreshView(ctx, true); err != nil {
 			return nil, fmt.Errorf("save %s: %w", key, err)
 		}
 	}
 	up := newGroup(ctx, uploadParallel)
-	sk := &sink{s: s, up: up, since: lk.body.Started.Add(-s.cfg.Grace / 2), confirmed: map[ID]bool{}, absent: map[ID]bool{}, paths: map[string]bool{}}
+	sk := &sink{s: s, up: up, since: lk.body.Started.Add(-s.cfg.Grace / 2), confirmed: map[ID]bool{}, absent: map[ID]bool{}}
+	defer sk.close()
 	if s.cfg.Pack {
 		// Pack uploads run under ctx, not up's context: up is done (and
 		// its context cancelled) when the last chunk is in a pack, before
 		// the last pack is sealed.
 		sk.pk = newPacker(ctx, s, up.fail)
 	}
-	if prev != nil {
+	if err := prev.eachChunk(func(id ID) { sk.confirmed[id] = true }); err != nil {
+		return nil, fmt.Errorf("save %s: %w", key, err)
+	}
+	if len(sk.confirmed) > 0 {
 		// Only the chunks of prev the store still holds: a chunk lost
 		// since (damage, or a store written before locks) is sent again
 		// rather than referenced once more, so that one broken snapshot
 		// does not make every later one broken too.
-		missing, err := s.missingChunks(ctx, prev, false)
+		ids := slices.Collect(maps.Keys(sk.confirmed))
+		missing, err := s.missingChunks(ctx, key, parent, ids, false)
 		if err != nil {
 			return nil, fmt.Errorf("save %s: %w", key, err)
 		}
 		if len(missing) > 0 {
 			slog.Warn("session: the snapshot a save starts from lacks chunks; they are stored again", "key", key, "snapshot", parent, "missing", len(missing))
 		}
-		for _, e := range prev.Entries {
-			for _, c := range e.Chunks {
-				if !missing[c.ID] {
-					sk.confirmed[c.ID] = true
-				}
-			}
+		for id := range missing {
+			delete(sk.confirmed, id)
 		}
 	}
 	// The scan runs under the uploads' context, so that a failed upload,
@@ -137,16 +144,14 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 		return nil, fmt.Errorf("save %s: %w", key, err)
 	}
 	m.Time = s.cfg.Now().UTC()
-	data, err := encodeManifest(m)
-	if err != nil {
-		return nil, err
-	}
 	// A lock that lapsed may have let a Prune miss this save and remove
 	// a chunk it reuses: commit nothing then.
 	if err := lk.valid(); err != nil {
 		return nil, fmt.Errorf("save %s: nothing committed: %w", key, err)
 	}
-	if err := s.b.Put(ctx, manifestName(key, m.Seq), bytes.NewReader(data), true); err != nil {
+	body := sk.body(m)
+	defer body.Close()
+	if err := s.b.Put(ctx, manifestName(key, m.Seq), body, true); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return nil, &ConflictError{Key: key, Seq: m.Seq}
 		}
@@ -172,9 +177,11 @@ type sink struct {
 	confirmed map[ID]bool
 	// absent are chunks Has found missing or stale: Put uploads them
 	// without asking the store a second time.
-	absent    map[ID]bool
-	paths     map[string]bool
-	entries   []Entry
+	absent map[ID]bool
+	// entries are those Add took, as records in memory or spilled to a
+	// temp file (see spill), with their totals.
+	entries   spill
+	totals    Manifest
 	newBytes  int64
 	newChunks int64
 	sealed    bool
@@ -342,7 +349,6 @@ func (k *sink) putPacked(ctx context.Context, id ID, data, zstd []byte, stored, 
 }
 
 func (k *sink) Add(e Entry) error {
-	e.Chunks = slices.Clone(e.Chunks)
 	if err := e.validate(); err != nil {
 		return err
 	}
@@ -351,40 +357,25 @@ func (k *sink) Add(e Entry) error {
 	if k.sealed {
 		return errors.New("add entry: the save is over")
 	}
-	if k.paths[e.Path] {
-		return fmt.Errorf("entry %q: duplicate", e.Path)
-	}
 	for _, c := range e.Chunks {
 		if !k.confirmed[c.ID] {
 			return fmt.Errorf("entry %q: chunk %s neither stored nor confirmed", e.Path, c.ID)
 		}
 	}
-	k.paths[e.Path] = true
-	k.entries = append(k.entries, e)
-	return nil
+	return k.addEntry(&e)
 }
 
 // manifest seals the sink and builds the manifest, validated as a reader
-// would.
+// would, duplicates included: all but its entries, which stay in the sink
+// for its body.
 func (k *sink) manifest(key string, seq, parent int64) (*Manifest, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.sealed = true
-	m := &Manifest{Format: manifestFormat, Key: key, Seq: seq, Parent: parent, NewBytes: k.newBytes, NewChunks: k.newChunks, Entries: k.entries}
-	slices.SortFunc(m.Entries, func(a, b Entry) int { return strings.Compare(a.Path, b.Path) })
-	for _, e := range m.Entries {
-		switch e.Kind {
-		case KindDir:
-			m.Dirs++
-		case KindFile:
-			m.Files++
-			m.Bytes += e.Size
-		case KindSymlink:
-			m.Symlinks++
-		}
+	m := k.totals
+	m.Format, m.Key, m.Seq, m.Parent, m.NewBytes, m.NewChunks = manifestFormat, key, seq, parent, k.newBytes, k.newChunks
+	if err := k.checkEntries(&m); err != nil {
+		return nil, err
 	}
-	if err := m.validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrManifest, err)
-	}
-	return m, nil
+	return &m, nil
 }

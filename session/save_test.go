@@ -65,7 +65,7 @@ type barrier struct {
 	wg *sync.WaitGroup
 }
 
-func (b barrier) Scan(ctx context.Context, prev *session.Manifest, sink session.Sink) error {
+func (b barrier) Scan(ctx context.Context, prev *session.Parent, sink session.Sink) error {
 	err := b.DirSource.Scan(ctx, prev, sink)
 	b.wg.Done()
 	b.wg.Wait()
@@ -179,7 +179,7 @@ func TestCrashBeforeManifest(t *testing.T) {
 // liar is a Source that references a chunk it never sent.
 type liar struct{}
 
-func (liar) Scan(ctx context.Context, _ *session.Manifest, sink session.Sink) error {
+func (liar) Scan(ctx context.Context, _ *session.Parent, sink session.Sink) error {
 	id := session.Hash([]byte("never sent"))
 	return sink.Add(session.Entry{Path: "f", Kind: session.KindFile, Mode: 0o600, Size: 10, Chunks: []session.ChunkRef{{ID: id, Size: 10}}})
 }

@@ -152,18 +152,19 @@ func (s *Store) sequences(ctx context.Context, key string) ([]int64, error) {
 }
 
 // parent finds what a save of key starts from: the newest snapshot whose
-// manifest reads (prev, with sequence number parent; nil and 0 if none)
+// manifest reads (prev, with sequence number parent; nil and 0 if none;
+// the caller closes prev)
 // and the newest sequence number committed (last), which the save's
 // commit follows. A damaged manifest is passed over, with a warning, so
 // that saves go on past it; a backend failure is an error.
-func (s *Store) parent(ctx context.Context, key string) (prev *Manifest, parent, last int64, err error) {
+func (s *Store) parent(ctx context.Context, key string) (prev *Parent, parent, last int64, err error) {
 	seqs, err := s.sequences(ctx, key)
 	if err != nil || len(seqs) == 0 {
 		return nil, 0, 0, err
 	}
 	last = seqs[len(seqs)-1]
 	for i := len(seqs) - 1; i >= 0; i-- {
-		m, err := s.load(ctx, key, seqs[i])
+		p, err := s.loadParent(ctx, key, seqs[i])
 		if errors.Is(err, ErrManifest) || errors.Is(err, ErrNoSnapshot) {
 			// Damaged, or pruned since the listing.
 			slog.Warn("session: passing over a snapshot that cannot be read", "key", key, "snapshot", seqs[i], "err", err)
@@ -172,7 +173,7 @@ func (s *Store) parent(ctx context.Context, key string) (prev *Manifest, parent,
 		if err != nil {
 			return nil, 0, 0, err
 		}
-		return m, seqs[i], last, nil
+		return p, seqs[i], last, nil
 	}
 	return nil, 0, last, nil
 }

@@ -29,14 +29,14 @@ func (s *Store) ReadStored(ctx context.Context, id ID, buf []byte) ([]byte, erro
 // run lookupParallel at a time; the first backend failure cancels the
 // rest, and every look-up has returned when CheckPresent does.
 func (s *Store) CheckPresent(ctx context.Context, m *Manifest) error {
-	return s.checkPresent(ctx, m, true)
+	return s.checkPresent(ctx, m.Key, m.Seq, chunkSet(m), true)
 }
 
-// missingChunks is the set of chunks m references that the store lacks,
-// by CheckPresent's look-ups; with Config.Pack, from the view as it is
-// (refreshed by the caller).
-func (s *Store) missingChunks(ctx context.Context, m *Manifest, refresh bool) (map[ID]bool, error) {
-	err := s.checkPresent(ctx, m, refresh)
+// missingChunks is the set of ids, chunks of snapshot seq of key, that
+// the store lacks, by CheckPresent's look-ups; with Config.Pack, from the
+// view as it is (refreshed by the caller unless refresh).
+func (s *Store) missingChunks(ctx context.Context, key string, seq int64, ids []ID, refresh bool) (map[ID]bool, error) {
+	err := s.checkPresent(ctx, key, seq, ids, refresh)
 	var ie *IntegrityError
 	if !errors.As(err, &ie) {
 		return nil, err
@@ -48,9 +48,8 @@ func (s *Store) missingChunks(ctx context.Context, m *Manifest, refresh bool) (m
 	return missing, nil
 }
 
-func (s *Store) checkPresent(ctx context.Context, m *Manifest, refresh bool) error {
-	ids := chunkSet(m)
-	ie := &IntegrityError{Key: m.Key, Seq: m.Seq}
+func (s *Store) checkPresent(ctx context.Context, key string, seq int64, ids []ID, refresh bool) error {
+	ie := &IntegrityError{Key: key, Seq: seq}
 	if s.cfg.Pack {
 		if refresh {
 			if err := s.refreshView(ctx, true); err != nil {

@@ -223,7 +223,7 @@ type sessRow struct {
 // sessResult is a timed `ferry session` command and its --json.
 type sessResult struct {
 	result
-	newBytes, snapshot int64
+	files, newBytes, snapshot int64
 }
 
 // peerResult is a timed OpenSSH peer; for rsync, what its --stats says
@@ -258,7 +258,7 @@ func (s *benchSetup) ferrySession(b *testing.B, mode, store string, args ...stri
 		b.Fatalf("ferry session --mode %s %q ran in mode %q", mode, args, st.Mode)
 	}
 	res.bytes, res.wire, res.mode = st.Bytes, st.WireBytes, st.Mode
-	return sessResult{result: res, newBytes: st.NewBytes, snapshot: st.Snapshot}
+	return sessResult{result: res, files: st.Files, newBytes: st.NewBytes, snapshot: st.Snapshot}
 }
 
 var rsyncStat = regexp.MustCompile(`(?m)^Total bytes (sent|received): ([0-9,.]+)`)

@@ -146,7 +146,7 @@ type barrierSource struct {
 	wait *barrier
 }
 
-func (s barrierSource) Scan(ctx context.Context, _ *session.Manifest, sink session.Sink) error {
+func (s barrierSource) Scan(ctx context.Context, _ *session.Parent, sink session.Sink) error {
 	if err := s.wait.arrive(ctx, time.Minute); err != nil {
 		return err
 	}

@@ -17,7 +17,8 @@
 // digest (transfer.FileDigest) match), Get (the mirror, checked the same way by the host),
 // Follow (growing files from offsets, woken by fsnotify), Remove, and for
 // session saves Scan (content-defined chunks and their digests, computed
-// next to the data), ReadChunks (only the chunks the store lacks, each
+// next to the data; the host's known files streamed in walk order beside
+// the walk, ScanStream), ReadChunks (only the chunks the store lacks, each
 // re-checked by the host) and, for restores, Restore (stored chunks in,
 // each checked against its id before a byte of it is written). A second
 // service, Supervisor (Spawn, Status, Signal), runs commands detached from

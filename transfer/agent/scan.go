@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -32,8 +34,9 @@ const (
 	// maxMessage. At the default 32 KiB average that is files of about
 	// 32 GiB; a larger file fails the scan with ErrLimit.
 	maxFileChunks = 1 << 20
-	// scanBatch is the size a ScanResponse grows to before it is sent.
-	scanBatch = 1 << 20
+	// scanBatch is the size a ScanResponse grows to before it is sent:
+	// thousands of entries, a few times as much in memory at each end.
+	scanBatch = 256 << 10
 )
 
 // oScan opens a file a scan reads: never through a final symlink (one
@@ -52,10 +55,43 @@ const oScan = os.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK
 // from the open file. A regular file whose lstat size and mtime equal a
 // known file's is reported unchanged and not opened.
 func (s *server) Scan(req *agentv1.ScanRequest, stream agentv1.Agent_ScanServer) error {
-	return toStatus(s.scan(stream.Context(), req, stream.Send))
+	if len(req.GetKnown()) > maxKnown {
+		return toStatus(fmt.Errorf("scan %s: %w: %d known files, at most %d", req.GetDir(), transfer.ErrLimit, len(req.GetKnown()), maxKnown))
+	}
+	// The last of a path known twice counts, as a map of them would have it.
+	known := slices.Clone(req.GetKnown())
+	slices.SortStableFunc(known, func(a, b *agentv1.KnownFile) int { return transfer.CompareWalk(a.GetPath(), b.GetPath()) })
+	for i := len(known) - 1; i > 0; i-- {
+		if known[i-1].GetPath() == known[i].GetPath() {
+			known = slices.Delete(known, i-1, i)
+		}
+	}
+	k := &knownFiles{}
+	if err := k.add(known); err != nil {
+		return toStatus(err)
+	}
+	return toStatus(s.scan(stream.Context(), req, k, stream.Send))
 }
 
-func (s *server) scan(ctx context.Context, req *agentv1.ScanRequest, send func(*agentv1.ScanResponse) error) error {
+// ScanStream is Scan with the known files streamed in walk order: the agent
+// holds one batch of them at a time, and reads the next as its walk gets
+// there.
+func (s *server) ScanStream(stream agentv1.Agent_ScanStreamServer) error {
+	req, err := stream.Recv()
+	if err == io.EOF {
+		return status.Error(codes.InvalidArgument, "scan: no request")
+	}
+	if err != nil {
+		return err
+	}
+	k := &knownFiles{recv: stream.Recv}
+	if err := k.add(req.GetKnown()); err != nil {
+		return toStatus(err)
+	}
+	return toStatus(s.scan(stream.Context(), req, k, stream.Send))
+}
+
+func (s *server) scan(ctx context.Context, req *agentv1.ScanRequest, known *knownFiles, send func(*agentv1.ScanResponse) error) error {
 	rd := req.GetDir()
 	if rd == "" {
 		rd = "."
@@ -66,14 +102,6 @@ func (s *server) scan(ctx context.Context, req *agentv1.ScanRequest, send func(*
 	p, err := chunkParams(req.GetParams())
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "scan %s: %v", rd, err)
-	}
-	if len(req.GetKnown()) > maxKnown {
-		return fmt.Errorf("scan %s: %w: %d known files, at most %d", rd, transfer.ErrLimit, len(req.GetKnown()), maxKnown)
-	}
-	type stamp struct{ size, mtime int64 }
-	known := make(map[string]stamp, len(req.GetKnown()))
-	for _, k := range req.GetKnown() {
-		known[k.GetPath()] = stamp{k.GetSize(), k.GetMtimeUnixNano()}
 	}
 	dir := s.abs(rd)
 	root, err := os.OpenRoot(dir)
@@ -118,7 +146,11 @@ func (s *server) scan(ctx context.Context, req *agentv1.ScanRequest, send func(*
 			}
 		case m.IsRegular():
 			e.Kind = agentv1.Kind_KIND_FILE
-			if k, ok := known[p]; ok && k.size == fi.Size() && k.mtime == e.MtimeUnixNano {
+			k, err := known.find(p)
+			if err != nil {
+				return fmt.Errorf("scan %s: %w", rd, err)
+			}
+			if k != nil && k.GetSize() == fi.Size() && k.GetMtimeUnixNano() == e.MtimeUnixNano {
 				e.Size, e.Unchanged = fi.Size(), true
 			} else if err := chunkFile(ctx, root, ch, e); err != nil {
 				return &fs.PathError{Op: "scan", Path: filepath.Join(dir, p), Err: err}
@@ -136,6 +168,64 @@ func (s *server) scan(ctx context.Context, req *agentv1.ScanRequest, send func(*
 		err = flush()
 	}
 	return err
+}
+
+// knownFiles are the host's known files, in walk order, read as the walk
+// reaches them: a Scan's whole list, sorted, or a ScanStream's batches,
+// received one at a time. A list out of order (the walk would miss files
+// in it) or over maxKnown is refused.
+type knownFiles struct {
+	batch []*agentv1.KnownFile
+	recv  func() (*agentv1.ScanRequest, error) // the next batch; nil for none
+	last  string
+	n     int
+}
+
+// add takes the next batch, checking its order.
+func (k *knownFiles) add(batch []*agentv1.KnownFile) error {
+	for _, f := range batch {
+		if k.n > 0 && transfer.CompareWalk(k.last, f.GetPath()) >= 0 {
+			return status.Errorf(codes.InvalidArgument, "known file %q: out of walk order, after %q", f.GetPath(), k.last)
+		}
+		if k.n++; k.n > maxKnown {
+			return fmt.Errorf("%w: over %d known files", transfer.ErrLimit, maxKnown)
+		}
+		k.last = f.GetPath()
+	}
+	k.batch = batch
+	return nil
+}
+
+// find returns the known file at path, nil if there is none, and drops
+// every one before it. Paths come in ascending walk order.
+func (k *knownFiles) find(path string) (*agentv1.KnownFile, error) {
+	for {
+		for len(k.batch) > 0 {
+			f := k.batch[0]
+			switch c := transfer.CompareWalk(f.GetPath(), path); {
+			case c > 0:
+				return nil, nil
+			case c == 0:
+				k.batch = k.batch[1:]
+				return f, nil
+			}
+			k.batch = k.batch[1:]
+		}
+		if k.recv == nil {
+			return nil, nil
+		}
+		req, err := k.recv()
+		if err == io.EOF {
+			k.recv = nil
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := k.add(req.GetKnown()); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // chunkFile reads the file e.Path once and fills in e's chunks and size,
@@ -193,15 +283,20 @@ func chunkParams(cp *agentv1.ChunkParams) (cdc.Params, error) {
 
 // Scan lists dir in the sandbox (relative paths start at the workspace) for
 // a session save, calling fn with each entry in walk order (a directory
-// before its contents): see the Scan RPC. known are the files the host
-// holds chunk lists for; each whose size and mtime are unchanged comes
-// back with Unchanged set and no chunks. params are the chunker's (the
-// zero value is cdc.Default). fn's error ends the scan and is returned.
+// before its contents): see the ScanStream RPC. known are the files the
+// host holds chunk lists for, in strictly ascending walk order
+// (transfer.CompareWalk); each whose size and mtime are unchanged comes
+// back with Unchanged set and no chunks. They are streamed to the agent as
+// its walk reaches them, in batches of knownBatch, so that neither side
+// holds the whole list; known is read from a goroutine of Scan's, which
+// has returned when Scan does, and its error ends the scan and is
+// returned. A nil known is none. params are the chunker's (the zero value
+// is cdc.Default). fn's error ends the scan and is returned.
 //
 // The agent may be hostile: fn gets the entries as the agent sent them,
 // unchecked; the caller validates them (package session's AgentSource
 // does).
-func (c *Client) Scan(ctx context.Context, dir string, known []*agentv1.KnownFile, params cdc.Params, fn func(*agentv1.ScanEntry) error) error {
+func (c *Client) Scan(ctx context.Context, dir string, known iter.Seq2[*agentv1.KnownFile, error], params cdc.Params, fn func(*agentv1.ScanEntry) error) error {
 	if dir == "" {
 		dir = "."
 	}
@@ -211,25 +306,86 @@ func (c *Client) Scan(ctx context.Context, dir string, known []*agentv1.KnownFil
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.rpc.Scan(ctx, &agentv1.ScanRequest{
-		Dir:    dir,
-		Known:  known,
-		Params: &agentv1.ChunkParams{Min: int32(params.Min), Avg: int32(params.Avg), Max: int32(params.Max)},
-	})
+	stream, err := c.rpc.ScanStream(ctx)
 	if err != nil {
 		return c.callErr(op, err)
 	}
+	first := &agentv1.ScanRequest{
+		Dir:    dir,
+		Params: &agentv1.ChunkParams{Min: int32(params.Min), Avg: int32(params.Avg), Max: int32(params.Max)},
+	}
+	sent := make(chan error, 1)
+	go func() {
+		err := sendKnown(stream, first, known)
+		if err != nil {
+			cancel()
+		}
+		sent <- err
+	}()
+	err = recvScan(stream, fn)
+	// Whatever ended the receiving ends the sending: a scan that is over
+	// reads no more known files.
+	cancel()
+	if kerr := <-sent; kerr != nil {
+		return fmt.Errorf("%s: %w", op, kerr)
+	}
+	var fe fnError
+	if errors.As(err, &fe) {
+		return fe.err
+	}
+	if err != nil {
+		return c.callErr(op, err)
+	}
+	return nil
+}
+
+// knownBatch is how many known files one ScanStream request carries at
+// most, about 100 KiB of them.
+const knownBatch = 2048
+
+// sendKnown sends first, then known in batches, then half-closes. It
+// returns only known's error: one of the stream's ends the receiving too,
+// which reports it.
+func sendKnown(stream agentv1.Agent_ScanStreamClient, first *agentv1.ScanRequest, known iter.Seq2[*agentv1.KnownFile, error]) error {
+	req := first
+	if known != nil {
+		for k, err := range known {
+			if err != nil {
+				return err
+			}
+			req.Known = append(req.Known, k)
+			if len(req.Known) == knownBatch {
+				if stream.Send(req) != nil {
+					return nil
+				}
+				req = &agentv1.ScanRequest{Known: req.Known[:0]}
+			}
+		}
+	}
+	if stream.Send(req) != nil {
+		return nil
+	}
+	stream.CloseSend()
+	return nil
+}
+
+// fnError carries Scan's fn's error out of recvScan.
+type fnError struct{ err error }
+
+func (e fnError) Error() string { return e.err.Error() }
+
+func recvScan(stream agentv1.Agent_ScanStreamClient, fn func(*agentv1.ScanEntry) error) error {
 	for {
 		m, err := stream.Recv()
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
-			return c.callErr(op, err)
+			return err
 		}
 		for _, e := range m.GetEntries() {
 			if err := fn(e); err != nil {
-				return err
+				return fnError{err}
 			}
 		}
 	}

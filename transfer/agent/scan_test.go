@@ -5,10 +5,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
+	"iter"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -20,10 +25,21 @@ import (
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
+// knownSeq is known, in the order given, as Scan takes it.
+func knownSeq(known []*agentv1.KnownFile) iter.Seq2[*agentv1.KnownFile, error] {
+	return func(yield func(*agentv1.KnownFile, error) bool) {
+		for _, k := range known {
+			if !yield(k, nil) {
+				return
+			}
+		}
+	}
+}
+
 func scanAll(t *testing.T, c *agent.Client, dir string, known []*agentv1.KnownFile) []*agentv1.ScanEntry {
 	t.Helper()
 	var got []*agentv1.ScanEntry
-	if err := c.Scan(context.Background(), dir, known, cdc.Default, func(e *agentv1.ScanEntry) error {
+	if err := c.Scan(context.Background(), dir, knownSeq(known), cdc.Default, func(e *agentv1.ScanEntry) error {
 		got = append(got, e)
 		return nil
 	}); err != nil {
@@ -175,5 +191,121 @@ func TestScanBatches(t *testing.T) {
 	}
 	if got := scanAll(t, c, ws, nil); len(got) != n {
 		t.Fatalf("%d entries, want %d", len(got), n)
+	}
+}
+
+// TestScanKnownStreamed: thousands of known files, in many batches, with
+// files the walk does not find between and after the ones it does: each
+// file the host knows unchanged is reported so, every other one chunked,
+// and a walk that ends before the list does ends the scan.
+func TestScanKnownStreamed(t *testing.T) {
+	c, ws := inProcess(t)
+	const n = 3 * 2048
+	for i := range n {
+		d := filepath.Join(ws, fmt.Sprintf("d%02d", i%7))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%05d", i)), []byte{byte(i)}, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var known []*agentv1.KnownFile
+	for _, e := range scanAll(t, c, ".", nil) {
+		if e.GetKind() != agentv1.Kind_KIND_FILE {
+			continue
+		}
+		k := &agentv1.KnownFile{Path: e.GetPath(), Size: e.GetSize(), MtimeUnixNano: e.GetMtimeUnixNano()}
+		if len(known)%3 == 0 {
+			k.MtimeUnixNano++ // changed since
+		}
+		// Gone since the host knew it: "d00/f00000-" sorts after
+		// "d00/f00000" and before "d00/f00007" in walk order.
+		known = append(known, k, &agentv1.KnownFile{Path: k.Path + "-", Size: 1})
+	}
+	known = append(known, &agentv1.KnownFile{Path: "zz/after-the-walk", Size: 1})
+	unchanged := 0
+	for _, e := range scanAll(t, c, ".", known) {
+		if e.GetKind() != agentv1.Kind_KIND_FILE {
+			continue
+		}
+		if e.GetUnchanged() == (len(e.GetChunks()) > 0) {
+			t.Fatalf("%s: unchanged %v with %d chunks", e.GetPath(), e.GetUnchanged(), len(e.GetChunks()))
+		}
+		if e.GetUnchanged() {
+			unchanged++
+		}
+	}
+	if want := n - (n+2)/3; unchanged != want {
+		t.Fatalf("%d files reported unchanged, want %d", unchanged, want)
+	}
+}
+
+// TestScanKnownRefused: known files out of walk order are refused by the
+// agent, and an error reading them ends the scan with that error.
+func TestScanKnownRefused(t *testing.T) {
+	c, ws := inProcess(t)
+	for _, n := range []string{"a", "b"} {
+		if err := os.WriteFile(filepath.Join(ws, n), []byte(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	nop := func(*agentv1.ScanEntry) error { return nil }
+	// Byte order, not walk order.
+	unordered := knownSeq([]*agentv1.KnownFile{{Path: "a-b"}, {Path: "a/x"}})
+	err := c.Scan(ctx, ".", unordered, cdc.Default, nop)
+	if re := (*agent.RemoteError)(nil); !errors.As(err, &re) || re.Code != codes.InvalidArgument || !strings.Contains(err.Error(), `"a/x": out of walk order`) {
+		t.Errorf("known files out of order: %v", err)
+	}
+	broken := errors.New("spill lost")
+	failing := func(yield func(*agentv1.KnownFile, error) bool) {
+		if yield(&agentv1.KnownFile{Path: "a", Size: 1}, nil) {
+			yield(nil, broken)
+		}
+	}
+	if err := c.Scan(ctx, ".", failing, cdc.Default, nop); !errors.Is(err, broken) {
+		t.Errorf("known files failing: %v", err)
+	}
+}
+
+// TestScanKnownList: the Scan RPC, with every known file in its one
+// request in any order (a path twice: the last counts), answers as
+// ScanStream does.
+func TestScanKnownList(t *testing.T) {
+	c, ws := inProcess(t)
+	for _, n := range []string{"a", "a-b", "b"} {
+		if err := os.WriteFile(filepath.Join(ws, n), []byte(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(ws, "a.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stamp := map[string]*agentv1.KnownFile{}
+	for _, e := range scanAll(t, c, ".", nil) {
+		stamp[e.GetPath()] = &agentv1.KnownFile{Path: e.GetPath(), Size: e.GetSize(), MtimeUnixNano: e.GetMtimeUnixNano()}
+	}
+	stale := &agentv1.KnownFile{Path: "b", Size: 99}
+	known := []*agentv1.KnownFile{stamp["b"], stamp["a-b"], stale, stamp["a"], {Path: "a", Size: 99}, stamp["a"]}
+	stream, err := c.RPC().Scan(context.Background(), &agentv1.ScanRequest{Dir: ".", Known: known})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for {
+		m, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range m.GetEntries() {
+			got[e.GetPath()] = e.GetUnchanged()
+		}
+	}
+	if want := map[string]bool{"a": true, "a-b": true, "a.d": false, "b": false}; !maps.Equal(got, want) {
+		t.Fatalf("unchanged: %v, want %v", got, want)
 	}
 }

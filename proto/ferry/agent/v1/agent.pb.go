@@ -1394,7 +1394,8 @@ type ScanRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Dir   string                 `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
 	// Known are files the host has chunk lists for (its last snapshot),
-	// relative to dir.
+	// relative to dir: in Scan all of them, in any order; in ScanStream a
+	// batch, in walk order.
 	Known         []*KnownFile `protobuf:"bytes,2,rep,name=known,proto3" json:"known,omitempty"`
 	Params        *ChunkParams `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2449,7 +2450,7 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\x10COMPRESSION_AUTO\x10\x00\x12\x14\n" +
 	"\x10COMPRESSION_ZSTD\x10\x01\x12\x14\n" +
 	"\x10COMPRESSION_NONE\x10\x02\x12\x12\n" +
-	"\x0eCOMPRESSION_S2\x10\x032\x8e\x05\n" +
+	"\x0eCOMPRESSION_S2\x10\x032\xdb\x05\n" +
 	"\x05Agent\x12D\n" +
 	"\x05Probe\x12\x1c.ferry.agent.v1.ProbeRequest\x1a\x1d.ferry.agent.v1.ProbeResponse\x12A\n" +
 	"\x04Stat\x12\x1b.ferry.agent.v1.StatRequest\x1a\x1c.ferry.agent.v1.StatResponse\x12@\n" +
@@ -2457,7 +2458,9 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\x03Get\x12\x1a.ferry.agent.v1.GetRequest\x1a\x1b.ferry.agent.v1.GetResponse0\x01\x12I\n" +
 	"\x06Follow\x12\x1d.ferry.agent.v1.FollowRequest\x1a\x1e.ferry.agent.v1.FollowResponse0\x01\x12G\n" +
 	"\x06Remove\x12\x1d.ferry.agent.v1.RemoveRequest\x1a\x1e.ferry.agent.v1.RemoveResponse\x12C\n" +
-	"\x04Scan\x12\x1b.ferry.agent.v1.ScanRequest\x1a\x1c.ferry.agent.v1.ScanResponse0\x01\x12U\n" +
+	"\x04Scan\x12\x1b.ferry.agent.v1.ScanRequest\x1a\x1c.ferry.agent.v1.ScanResponse0\x01\x12K\n" +
+	"\n" +
+	"ScanStream\x12\x1b.ferry.agent.v1.ScanRequest\x1a\x1c.ferry.agent.v1.ScanResponse(\x010\x01\x12U\n" +
 	"\n" +
 	"ReadChunks\x12!.ferry.agent.v1.ReadChunksRequest\x1a\".ferry.agent.v1.ReadChunksResponse0\x01\x12H\n" +
 	"\aRestore\x12\x1e.ferry.agent.v1.RestoreRequest\x1a\x1b.ferry.agent.v1.PutResponse(\x01B9Z7github.com/ferry-dev/ferry/proto/ferry/agent/v1;agentv1b\x06proto3"
@@ -2546,19 +2549,21 @@ var file_ferry_agent_v1_agent_proto_depIdxs = []int32{
 	17, // 29: ferry.agent.v1.Agent.Follow:input_type -> ferry.agent.v1.FollowRequest
 	20, // 30: ferry.agent.v1.Agent.Remove:input_type -> ferry.agent.v1.RemoveRequest
 	22, // 31: ferry.agent.v1.Agent.Scan:input_type -> ferry.agent.v1.ScanRequest
-	28, // 32: ferry.agent.v1.Agent.ReadChunks:input_type -> ferry.agent.v1.ReadChunksRequest
-	31, // 33: ferry.agent.v1.Agent.Restore:input_type -> ferry.agent.v1.RestoreRequest
-	4,  // 34: ferry.agent.v1.Agent.Probe:output_type -> ferry.agent.v1.ProbeResponse
-	6,  // 35: ferry.agent.v1.Agent.Stat:output_type -> ferry.agent.v1.StatResponse
-	14, // 36: ferry.agent.v1.Agent.Put:output_type -> ferry.agent.v1.PutResponse
-	16, // 37: ferry.agent.v1.Agent.Get:output_type -> ferry.agent.v1.GetResponse
-	19, // 38: ferry.agent.v1.Agent.Follow:output_type -> ferry.agent.v1.FollowResponse
-	21, // 39: ferry.agent.v1.Agent.Remove:output_type -> ferry.agent.v1.RemoveResponse
-	25, // 40: ferry.agent.v1.Agent.Scan:output_type -> ferry.agent.v1.ScanResponse
-	30, // 41: ferry.agent.v1.Agent.ReadChunks:output_type -> ferry.agent.v1.ReadChunksResponse
-	14, // 42: ferry.agent.v1.Agent.Restore:output_type -> ferry.agent.v1.PutResponse
-	34, // [34:43] is the sub-list for method output_type
-	25, // [25:34] is the sub-list for method input_type
+	22, // 32: ferry.agent.v1.Agent.ScanStream:input_type -> ferry.agent.v1.ScanRequest
+	28, // 33: ferry.agent.v1.Agent.ReadChunks:input_type -> ferry.agent.v1.ReadChunksRequest
+	31, // 34: ferry.agent.v1.Agent.Restore:input_type -> ferry.agent.v1.RestoreRequest
+	4,  // 35: ferry.agent.v1.Agent.Probe:output_type -> ferry.agent.v1.ProbeResponse
+	6,  // 36: ferry.agent.v1.Agent.Stat:output_type -> ferry.agent.v1.StatResponse
+	14, // 37: ferry.agent.v1.Agent.Put:output_type -> ferry.agent.v1.PutResponse
+	16, // 38: ferry.agent.v1.Agent.Get:output_type -> ferry.agent.v1.GetResponse
+	19, // 39: ferry.agent.v1.Agent.Follow:output_type -> ferry.agent.v1.FollowResponse
+	21, // 40: ferry.agent.v1.Agent.Remove:output_type -> ferry.agent.v1.RemoveResponse
+	25, // 41: ferry.agent.v1.Agent.Scan:output_type -> ferry.agent.v1.ScanResponse
+	25, // 42: ferry.agent.v1.Agent.ScanStream:output_type -> ferry.agent.v1.ScanResponse
+	30, // 43: ferry.agent.v1.Agent.ReadChunks:output_type -> ferry.agent.v1.ReadChunksResponse
+	14, // 44: ferry.agent.v1.Agent.Restore:output_type -> ferry.agent.v1.PutResponse
+	35, // [35:45] is the sub-list for method output_type
+	25, // [25:35] is the sub-list for method input_type
 	25, // [25:25] is the sub-list for extension type_name
 	25, // [25:25] is the sub-list for extension extendee
 	0,  // [0:25] is the sub-list for field type_name

@@ -37,6 +37,7 @@ const (
 	Agent_Follow_FullMethodName     = "/ferry.agent.v1.Agent/Follow"
 	Agent_Remove_FullMethodName     = "/ferry.agent.v1.Agent/Remove"
 	Agent_Scan_FullMethodName       = "/ferry.agent.v1.Agent/Scan"
+	Agent_ScanStream_FullMethodName = "/ferry.agent.v1.Agent/ScanStream"
 	Agent_ReadChunks_FullMethodName = "/ferry.agent.v1.Agent/ReadChunks"
 	Agent_Restore_FullMethodName    = "/ferry.agent.v1.Agent/Restore"
 )
@@ -68,6 +69,14 @@ type AgentClient interface {
 	// whose size and mtime match one the host already knows is reported
 	// unchanged and not read.
 	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ScanResponse], error)
+	// ScanStream is Scan with the known files streamed rather than held in
+	// one request: the first request carries dir and params, and every
+	// request may carry known files, which come in walk order (strictly
+	// ascending, '/' counting below every other byte; see
+	// transfer.CompareWalk); the host half-closes after the last one. The
+	// agent reads them as its walk reaches them, so that neither side holds
+	// the whole list.
+	ScanStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ScanRequest, ScanResponse], error)
 	// ReadChunks sends the bytes of chunks a Scan reported, in request
 	// order, each checked against its digest first: a file that changed
 	// since the Scan fails the call.
@@ -190,9 +199,22 @@ func (c *agentClient) Scan(ctx context.Context, in *ScanRequest, opts ...grpc.Ca
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Agent_ScanClient = grpc.ServerStreamingClient[ScanResponse]
 
+func (c *agentClient) ScanStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ScanRequest, ScanResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Agent_ServiceDesc.Streams[4], Agent_ScanStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ScanRequest, ScanResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Agent_ScanStreamClient = grpc.BidiStreamingClient[ScanRequest, ScanResponse]
+
 func (c *agentClient) ReadChunks(ctx context.Context, in *ReadChunksRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ReadChunksResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Agent_ServiceDesc.Streams[4], Agent_ReadChunks_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Agent_ServiceDesc.Streams[5], Agent_ReadChunks_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +233,7 @@ type Agent_ReadChunksClient = grpc.ServerStreamingClient[ReadChunksResponse]
 
 func (c *agentClient) Restore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RestoreRequest, PutResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Agent_ServiceDesc.Streams[5], Agent_Restore_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Agent_ServiceDesc.Streams[6], Agent_Restore_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -249,6 +271,14 @@ type AgentServer interface {
 	// whose size and mtime match one the host already knows is reported
 	// unchanged and not read.
 	Scan(*ScanRequest, grpc.ServerStreamingServer[ScanResponse]) error
+	// ScanStream is Scan with the known files streamed rather than held in
+	// one request: the first request carries dir and params, and every
+	// request may carry known files, which come in walk order (strictly
+	// ascending, '/' counting below every other byte; see
+	// transfer.CompareWalk); the host half-closes after the last one. The
+	// agent reads them as its walk reaches them, so that neither side holds
+	// the whole list.
+	ScanStream(grpc.BidiStreamingServer[ScanRequest, ScanResponse]) error
 	// ReadChunks sends the bytes of chunks a Scan reported, in request
 	// order, each checked against its digest first: a file that changed
 	// since the Scan fails the call.
@@ -291,6 +321,9 @@ func (UnimplementedAgentServer) Remove(context.Context, *RemoveRequest) (*Remove
 }
 func (UnimplementedAgentServer) Scan(*ScanRequest, grpc.ServerStreamingServer[ScanResponse]) error {
 	return status.Error(codes.Unimplemented, "method Scan not implemented")
+}
+func (UnimplementedAgentServer) ScanStream(grpc.BidiStreamingServer[ScanRequest, ScanResponse]) error {
+	return status.Error(codes.Unimplemented, "method ScanStream not implemented")
 }
 func (UnimplementedAgentServer) ReadChunks(*ReadChunksRequest, grpc.ServerStreamingServer[ReadChunksResponse]) error {
 	return status.Error(codes.Unimplemented, "method ReadChunks not implemented")
@@ -413,6 +446,13 @@ func _Agent_Scan_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Agent_ScanServer = grpc.ServerStreamingServer[ScanResponse]
 
+func _Agent_ScanStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AgentServer).ScanStream(&grpc.GenericServerStream[ScanRequest, ScanResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Agent_ScanStreamServer = grpc.BidiStreamingServer[ScanRequest, ScanResponse]
+
 func _Agent_ReadChunks_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(ReadChunksRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -471,6 +511,12 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Scan",
 			Handler:       _Agent_Scan_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "ScanStream",
+			Handler:       _Agent_ScanStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 		{
 			StreamName:    "ReadChunks",
