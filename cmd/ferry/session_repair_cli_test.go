@@ -129,8 +129,11 @@ func TestSessionRepairS3CLI(t *testing.T) {
 		// The same chunks in the same order make the same pack: it is
 		// back under its name, which is a repair too.
 		t.Logf("the lost pack %s was written again whole", packs[0])
-	case len(now) != len(packs):
-		t.Errorf("packs after the repair %v, before %v: want one new pack for the lost one", now, packs)
+	case len(now) < len(packs) || slices.ContainsFunc(packs[1:], func(p string) bool { return !slices.Contains(now, p) }):
+		// The lost chunks may come back in another order, so that they
+		// fill one pack or spill into a second; the packs that were
+		// not lost stay as they were.
+		t.Errorf("packs after the repair %v, before %v: want new packs for the lost one, the others kept", now, packs)
 	case !strings.Contains(r.stderr, "removed "+lostIndex) || slices.Contains(s3.Keys(t, s3.Bucket, "ferry/index/"), "ferry/"+lostIndex):
 		t.Errorf("verify --repair did not remove %s: stderr %q", lostIndex, r.stderr)
 	}
