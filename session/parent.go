@@ -2,9 +2,7 @@ package session
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 
 	"github.com/ferry-dev/ferry/transfer"
 )
@@ -33,12 +31,9 @@ func (p *Parent) Seq() int64 {
 // loadParent reads snapshot seq of key, validated as Load validates it,
 // for a save to start from. The caller closes it.
 func (s *Store) loadParent(ctx context.Context, key string, seq int64) (*Parent, error) {
-	r, err := s.b.Get(ctx, manifestName(key, seq))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("load snapshot %d of %s: %w", seq, key, ErrNoSnapshot)
-	}
+	r, err := s.openManifest(ctx, key, seq)
 	if err != nil {
-		return nil, fmt.Errorf("load snapshot %d of %s: %w", seq, key, err)
+		return nil, err
 	}
 	defer r.Close()
 	p := &Parent{seq: seq, files: spill{cmp: transfer.CompareWalk[[]byte]}}

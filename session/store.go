@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"slices"
@@ -219,13 +220,23 @@ func (s *Store) Load(ctx context.Context, key string, seq int64) (*Manifest, err
 	return s.load(ctx, key, seq)
 }
 
-func (s *Store) load(ctx context.Context, key string, seq int64) (*Manifest, error) {
+// openManifest opens the manifest of snapshot seq of key; a missing one
+// matches ErrNoSnapshot.
+func (s *Store) openManifest(ctx context.Context, key string, seq int64) (io.ReadCloser, error) {
 	r, err := s.b.Get(ctx, manifestName(key, seq))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("load snapshot %d of %s: %w", seq, key, ErrNoSnapshot)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load snapshot %d of %s: %w", seq, key, err)
+	}
+	return r, nil
+}
+
+func (s *Store) load(ctx context.Context, key string, seq int64) (*Manifest, error) {
+	r, err := s.openManifest(ctx, key, seq)
+	if err != nil {
+		return nil, err
 	}
 	defer r.Close()
 	m, err := decodeManifest(r)

@@ -114,7 +114,7 @@ func (st *stage) make(dir string) error {
 		if lock != nil {
 			lock.Close()
 		}
-		return errors.Join(err, removeTree(first))
+		return errors.Join(err, RemoveTree(first))
 	}
 	st.dir, st.tree, st.lock = dir, filepath.Join(dir, "tree"), lock
 	return nil
@@ -136,7 +136,7 @@ func (st *stage) cleanup() error {
 		st.root.Close()
 		st.root = nil
 	}
-	err := removeTree(st.dir)
+	err := RemoveTree(st.dir)
 	if st.lock != nil {
 		st.lock.Close()
 		st.lock = nil

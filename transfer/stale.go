@@ -166,10 +166,11 @@ func RemoveStaging(ctx context.Context, dir string) error {
 	}
 }
 
-// removeTree removes dir with whatever is left in it. Directories a
-// stream made read-only are made writable first; WalkDir follows no
-// symlink, and RemoveAll removes a symlink rather than what it points to.
-func removeTree(dir string) error {
+// RemoveTree removes dir with whatever is left in it, as os.RemoveAll
+// does, also where a stream left directories without write permission:
+// on failure those are made writable and it tries once more. WalkDir
+// follows no symlink, and RemoveAll removes a symlink, not its target.
+func RemoveTree(dir string) error {
 	if err := os.RemoveAll(dir); err == nil {
 		return nil
 	}

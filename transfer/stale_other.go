@@ -18,4 +18,4 @@ func removeIfOrphan(string, int) (bool, error) { return false, nil }
 
 // removeWhenFree cannot tell whether an owner still holds dir: the
 // caller asked for its own directory by name, so it goes.
-func removeWhenFree(dir string) (bool, error) { return true, removeTree(dir) }
+func removeWhenFree(dir string) (bool, error) { return true, RemoveTree(dir) }

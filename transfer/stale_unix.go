@@ -213,7 +213,7 @@ func removeIfOrphan(dir string, pid int) (bool, error) {
 			return false, nil
 		}
 	}
-	if err := removeTree(dir); err != nil {
+	if err := RemoveTree(dir); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -235,7 +235,7 @@ func removeIfStale(dir string, now time.Time) (bool, error) {
 	}
 	// Removed while the marker is held: a live owner cannot have it, and
 	// a second sweeper waits for it and then finds the marker gone.
-	if err := removeTree(dir); err != nil {
+	if err := RemoveTree(dir); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -297,5 +297,5 @@ func removeNamedWhenFree(dir string) (done bool, err error) {
 			return false, nil
 		}
 	}
-	return true, removeTree(dir)
+	return true, RemoveTree(dir)
 }

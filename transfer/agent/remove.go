@@ -2,10 +2,7 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
@@ -38,34 +35,13 @@ func (s *server) Remove(ctx context.Context, req *agentv1.RemoveRequest) (*agent
 			// or still writing into it.
 			err = transfer.RemoveStaging(ctx, abs)
 		} else {
-			err = removeAll(abs)
+			err = transfer.RemoveTree(abs)
 		}
 		if err != nil {
 			return nil, toStatus(fmt.Errorf("remove %s: %w", p, err))
 		}
 	}
 	return &agentv1.RemoveResponse{}, nil
-}
-
-// removeAll is os.RemoveAll that also removes directories without write
-// permission for their owner (a tree extracted from an archive may hold
-// some): on failure it makes the directories under p writable and tries
-// again. A symlink is removed, never followed.
-func removeAll(p string) error {
-	err := os.RemoveAll(p)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, fs.ErrPermission) {
-		return err
-	}
-	filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			os.Chmod(q, 0o700)
-		}
-		return nil
-	})
-	return os.RemoveAll(p)
 }
 
 // Remove deletes paths in the sandbox, directories with their contents,
