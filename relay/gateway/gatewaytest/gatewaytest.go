@@ -116,7 +116,9 @@ func Start(t testing.TB, opts Options) *Gateway {
 		t.Fatal(err)
 	}
 	g := &Gateway{Server: srv, Root: cfg.Root, Seen: seen}
-	sopts := append(gateway.ServerOptions(), grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	// WaitForHandlers: Stop returns only once every handler has, so that
+	// none writes the gateway's logs into a temp dir being removed.
+	sopts := append(gateway.ServerOptions(), grpc.WaitForHandlers(true), grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		return handler(srv, &recordingStream{ServerStream: ss, seen: seen})
 	}))
 	if !opts.Plaintext {
