@@ -1,7 +1,6 @@
 package ferry
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -88,6 +87,6 @@ func RepairSession(ctx context.Context, sb Sandbox, st *session.Store, remoteDir
 // sortedIDs returns ids sorted, without duplicates, never nil.
 func sortedIDs(ids []session.ID) []session.ID {
 	out := append([]session.ID{}, ids...)
-	slices.SortFunc(out, func(a, b session.ID) int { return bytes.Compare(a[:], b[:]) })
+	slices.SortFunc(out, session.CompareIDs)
 	return slices.Compact(out)
 }

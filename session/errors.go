@@ -1,7 +1,6 @@
 package session
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -98,9 +97,8 @@ func (e *IntegrityError) blameIndexes(s *Store) {
 
 // orNil returns e if it lists damage, else nil.
 func (e *IntegrityError) orNil() error {
-	cmp := func(a, b ID) int { return bytes.Compare(a[:], b[:]) }
-	slices.SortFunc(e.Missing, cmp)
-	slices.SortFunc(e.Corrupt, cmp)
+	slices.SortFunc(e.Missing, CompareIDs)
+	slices.SortFunc(e.Corrupt, CompareIDs)
 	slices.Sort(e.Packs)
 	if len(e.Missing)+len(e.Corrupt) > 0 {
 		return e

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -38,3 +39,7 @@ func (id *ID) UnmarshalText(b []byte) error {
 	*id = p
 	return nil
 }
+
+// CompareIDs orders IDs by their bytes, for slices.SortFunc: the one
+// order every sorted list of IDs in a report or a request follows.
+func CompareIDs(a, b ID) int { return bytes.Compare(a[:], b[:]) }

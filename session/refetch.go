@@ -1,7 +1,6 @@
 package session
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -100,9 +99,8 @@ func (s *Store) RepairChunks(ctx context.Context, missing []ID, src Source) (*Re
 			rep.Missing = append(rep.Missing, id)
 		}
 	}
-	cmp := func(a, b ID) int { return bytes.Compare(a[:], b[:]) }
-	slices.SortFunc(rep.Restored, cmp)
-	slices.SortFunc(rep.Missing, cmp)
+	slices.SortFunc(rep.Restored, CompareIDs)
+	slices.SortFunc(rep.Missing, CompareIDs)
 	rep.Bytes = k.bytes
 	if err != nil {
 		return rep, fmt.Errorf("repair chunks: %w", err)
@@ -143,7 +141,7 @@ func (s *Store) dropLostIndexes(ctx context.Context, want, restored map[ID]bool)
 		}
 	}
 	s.view.mu.Unlock()
-	slices.SortFunc(lost, func(a, b ID) int { return bytes.Compare(a[:], b[:]) })
+	slices.SortFunc(lost, CompareIDs)
 	var names []string
 	for _, id := range lost {
 		if err := s.b.Delete(ctx, indexName(id)); err != nil {

@@ -29,7 +29,7 @@ func (s *Store) RepairIndexes(ctx context.Context) ([]string, error) {
 		packs = append(packs, id)
 	}
 	s.view.mu.Unlock()
-	slices.SortFunc(packs, func(a, b ID) int { return bytes.Compare(a[:], b[:]) })
+	slices.SortFunc(packs, CompareIDs)
 	var wrote []string
 	for _, id := range packs {
 		p, err := s.pack(ctx, id)

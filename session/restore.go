@@ -1,7 +1,6 @@
 package session
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -53,7 +52,7 @@ func chunkSet(m *Manifest) []ID {
 			}
 		}
 	}
-	slices.SortFunc(ids, func(a, b ID) int { return bytes.Compare(a[:], b[:]) })
+	slices.SortFunc(ids, CompareIDs)
 	return ids
 }
 

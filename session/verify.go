@@ -188,9 +188,8 @@ func (s *Store) Verify(ctx context.Context, key string) (*VerifyReport, error) {
 			}
 		}
 	}
-	cmpID := func(a, b ID) int { return bytes.Compare(a[:], b[:]) }
-	slices.SortFunc(rep.Missing, cmpID)
-	slices.SortFunc(rep.Corrupt, cmpID)
+	slices.SortFunc(rep.Missing, CompareIDs)
+	slices.SortFunc(rep.Corrupt, CompareIDs)
 	mark(rep.Missing, false)
 	mark(rep.Corrupt, true)
 	rep.Broken = rep.Broken[:0]
@@ -228,7 +227,7 @@ func (s *Store) verifyPacks(ctx context.Context, rep *VerifyReport, users map[ID
 	for _, id := range orphans {
 		fault(&PackError{Object: indexName(id), Reason: "its pack " + packName(id) + " is missing"})
 	}
-	slices.SortFunc(packs, func(a, b ID) int { return bytes.Compare(a[:], b[:]) })
+	slices.SortFunc(packs, CompareIDs)
 	buf := make([]byte, 0, MaxChunkSize)
 	for _, id := range packs {
 		p, err := s.pack(ctx, id)
