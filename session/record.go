@@ -148,16 +148,17 @@ func (d *recDecoder) byte() byte {
 
 func (d *recDecoder) uvarint() uint64 {
 	v, k := binary.Uvarint(d.b)
-	if k <= 0 {
-		d.bad = true
-		return 0
-	}
-	d.b = d.b[k:]
-	return v
+	return took(d, v, k)
 }
 
 func (d *recDecoder) varint() int64 {
 	v, k := binary.Varint(d.b)
+	return took(d, v, k)
+}
+
+// took consumes the k bytes a varint decoder read for v, or marks d bad
+// and gives 0 when it read none (k <= 0).
+func took[T uint64 | int64](d *recDecoder, v T, k int) T {
 	if k <= 0 {
 		d.bad = true
 		return 0
