@@ -21,6 +21,7 @@ import (
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/openshell"
+	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
@@ -184,24 +185,43 @@ func TestSessionRestoreRelayDropStaging(t *testing.T) {
 	}
 }
 
-func testSessionRestoreRelayDropStaging(t *testing.T, mode ferry.Mode) {
+// savedSession is a sandbox "box" (root on the host) in mode with its log
+// in logs, and a store holding its directory sess as key "k": n files of
+// 64 KiB and up to extra more, in three directories.
+type savedSession struct {
+	g    *gatewaytest.Gateway
+	c    *openshell.Client
+	root string
+	sb   ferry.Sandbox
+	logs *syncBuffer
+	st   *session.Store
+	rng  *rand.Rand // what made the files, for what comes next
+}
+
+func newSavedSession(t *testing.T, mode ferry.Mode, seed uint64, n, extra int) savedSession {
+	t.Helper()
 	g := gatewaytest.Start(t, gatewaytest.Options{})
 	c := g.Client(t, openshell.Config{})
 	g.Sandbox(t, c, "box")
-	root := filepath.Join(g.Root, "box")
-	var logs syncBuffer
-	sb := sandboxFor(t, c, mode)
-	sb.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	rng := rand.New(rand.NewPCG(23, 24))
+	ss := savedSession{g: g, c: c, root: filepath.Join(g.Root, "box"), sb: sandboxFor(t, c, mode), logs: &syncBuffer{}}
+	ss.sb.Logger = slog.New(slog.NewTextHandler(ss.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	ss.rng = rng
 	files := map[string]string{}
-	for i := range 48 {
-		files[filepath.Join("sess", "d"+strconv.Itoa(i%3), "f"+strconv.Itoa(i))] = noise(rng, 64<<10+rng.IntN(128<<10))
+	for i := range n {
+		files[filepath.Join("sess", "d"+strconv.Itoa(i%3), "f"+strconv.Itoa(i))] = noise(rng, 64<<10+rng.IntN(extra))
 	}
-	write(t, root, files)
-	st, _ := newStore(t, nil)
-	if _, err := ferry.SaveSession(ctx(t), sb, st, "sess", "k"); err != nil {
+	write(t, ss.root, files)
+	ss.st, _ = newStore(t, nil)
+	if _, err := ferry.SaveSession(ctx(t), ss.sb, ss.st, "sess", "k"); err != nil {
 		t.Fatal(err)
 	}
+	return ss
+}
+
+func testSessionRestoreRelayDropStaging(t *testing.T, mode ferry.Mode) {
+	ss := newSavedSession(t, mode, 23, 48, 128<<10)
+	g, c, root, sb, logs, st, rng := ss.g, ss.c, ss.root, ss.sb, ss.logs, ss.st, ss.rng
 	left := 0
 	for i := range 6 {
 		empty := i%2 == 1
@@ -312,23 +332,8 @@ func TestSessionRestoreSparesLiveStaging(t *testing.T) {
 }
 
 func testSessionRestoreSparesLiveStaging(t *testing.T, mode ferry.Mode) {
-	g := gatewaytest.Start(t, gatewaytest.Options{})
-	c := g.Client(t, openshell.Config{})
-	g.Sandbox(t, c, "box")
-	root := filepath.Join(g.Root, "box")
-	var logs syncBuffer
-	sb := sandboxFor(t, c, mode)
-	sb.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	rng := rand.New(rand.NewPCG(25, 26))
-	files := map[string]string{}
-	for i := range 16 {
-		files[filepath.Join("sess", "f"+strconv.Itoa(i))] = noise(rng, 64<<10+rng.IntN(64<<10))
-	}
-	write(t, root, files)
-	st, _ := newStore(t, nil)
-	if _, err := ferry.SaveSession(ctx(t), sb, st, "sess", "k"); err != nil {
-		t.Fatal(err)
-	}
+	ss := newSavedSession(t, mode, 25, 16, 64<<10)
+	c, root, sb, logs, st := ss.c, ss.root, ss.sb, ss.logs, ss.st
 	sub := filepath.Join(root, "sub")
 	if err := os.Mkdir(sub, 0o755); err != nil {
 		t.Fatal(err)
