@@ -234,12 +234,12 @@ func (s *Store) locks(ctx context.Context, prefix string) ([]heldLock, error) {
 
 // waitPrunes returns once no live prune lock is left, checking every
 // LockTTL/20 (at least 10 ms), or with ctx's error.
-func (s *Store) waitPrunes(ctx context.Context) (waited bool, err error) {
+func (s *Store) waitPrunes(ctx context.Context) error {
 	poll := max(s.cfg.LockTTL/20, 10*time.Millisecond)
 	for logged := false; ; {
 		ls, err := s.locks(ctx, pruneLockPrefix)
 		if err != nil {
-			return waited, err
+			return err
 		}
 		now := time.Now()
 		var live *heldLock
@@ -250,16 +250,15 @@ func (s *Store) waitPrunes(ctx context.Context) (waited bool, err error) {
 			}
 		}
 		if live == nil {
-			return waited, nil
+			return nil
 		}
 		if !logged {
 			slog.Info("session: waiting for a prune to finish", "lock", live.Name, "host", live.body.Host, "pid", live.body.PID)
 			logged = true
 		}
-		waited = true
 		select {
 		case <-ctx.Done():
-			return waited, fmt.Errorf("wait for prune %s: %w", live.Name, ctx.Err())
+			return fmt.Errorf("wait for prune %s: %w", live.Name, ctx.Err())
 		case <-time.After(poll):
 		}
 	}
@@ -270,8 +269,10 @@ func (s *Store) waitPrunes(ctx context.Context) (waited bool, err error) {
 // flight owns its file however short a grace the operator picked.
 func (s *Store) tempAge() time.Duration { return max(s.cfg.Grace, DefaultGrace) }
 
-// reuseSince is the oldest last Put of a chunk that the save holding l
-// may reuse without writing it again.
-func (l heldLock) reuseSince(grace time.Duration) time.Time {
-	return l.body.Started.Add(-max(l.body.Grace, grace) / 2)
+// reuseSince is the oldest last Put of a chunk that the save holding a
+// lock of body b may reuse without writing it again: the rule the save
+// follows (Sink.Has) and the one a Prune keeps to, with grace the
+// Prune's own, in case the body names none.
+func (b lockBody) reuseSince(grace time.Duration) time.Time {
+	return b.Started.Add(-max(b.Grace, grace) / 2)
 }

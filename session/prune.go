@@ -117,7 +117,7 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 		default:
 			inFlight[l.body.Key] = true
 			rep.SavesInFlight++
-			if c := l.reuseSince(s.cfg.Grace); c.Before(cutoff) {
+			if c := l.body.reuseSince(s.cfg.Grace); c.Before(cutoff) {
 				cutoff = c
 			}
 		}

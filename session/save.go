@@ -76,7 +76,7 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 		return nil, fmt.Errorf("save %s: %w", key, err)
 	}
 	defer lk.release(ctx)
-	if _, err := s.waitPrunes(ctx); err != nil {
+	if err := s.waitPrunes(ctx); err != nil {
 		return nil, fmt.Errorf("save %s: %w", key, err)
 	}
 	prev, parent, last, err := s.parent(ctx, key)
@@ -90,7 +90,7 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 		}
 	}
 	up := newGroup(ctx, uploadParallel)
-	sk := &sink{s: s, up: up, since: lk.body.Started.Add(-s.cfg.Grace / 2), confirmed: map[ID]bool{}, absent: map[ID]bool{}}
+	sk := &sink{s: s, up: up, since: lk.body.reuseSince(s.cfg.Grace), confirmed: map[ID]bool{}, absent: map[ID]bool{}}
 	defer sk.close()
 	if s.cfg.Pack {
 		// Pack uploads run under ctx, not up's context: up is done (and
