@@ -1,8 +1,6 @@
 package session
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -94,26 +92,8 @@ func manifestName(key string, seq int64) string {
 	return snapshotPrefix + key + "/" + strconv.FormatInt(seq, 10)
 }
 
-// encodeManifest is the stored form of m: zstd-compressed JSON (see
-// writeManifest).
-func encodeManifest(m *Manifest) ([]byte, error) {
-	var b bytes.Buffer
-	err := writeManifest(&b, m, func(yield func(*Entry) error) error {
-		for i := range m.Entries {
-			if err := yield(&m.Entries[i]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
-}
-
 // decodeManifest reads a stored manifest whole and validates it as
-// untrusted input: see validate. Every error matches ErrManifest, but r's.
+// untrusted input: see entryChecker. Every error matches ErrManifest, but r's.
 func decodeManifest(r io.Reader) (*Manifest, error) {
 	var entries []Entry
 	m, err := readManifest(r, func(e *Entry) error {
@@ -125,44 +105,6 @@ func decodeManifest(r io.Reader) (*Manifest, error) {
 	}
 	m.Entries = entries
 	return m, nil
-}
-
-// parseManifest decodes and validates a manifest's JSON.
-func parseManifest(js []byte) (*Manifest, error) {
-	var entries []Entry
-	m, err := readManifestJSON(bytes.NewReader(js), func(e *Entry) error {
-		entries = append(entries, *e)
-		return nil
-	})
-	if err != nil {
-		if !errors.Is(err, ErrManifest) {
-			err = fmt.Errorf("%w: %v", ErrManifest, err)
-		}
-		return nil, err
-	}
-	m.Entries = entries
-	return m, nil
-}
-
-// validate checks what a reader relies on: a known format, a valid key and
-// sequence, entries sorted by path (so no duplicates), clean relative paths
-// whose parent is a directory entry (so nothing is ever written through a
-// symlink), kinds with only their own fields, permission-only modes, file
-// sizes equal to the sum of their chunks, and totals that add up.
-func (m *Manifest) validate() error {
-	if err := m.validateHeader(); err != nil {
-		return err
-	}
-	if len(m.Entries) > maxEntries {
-		return fmt.Errorf("%d entries, over %d", len(m.Entries), maxEntries)
-	}
-	var ck entryChecker
-	for i := range m.Entries {
-		if err := ck.check(&m.Entries[i]); err != nil {
-			return err
-		}
-	}
-	return ck.totals(m)
 }
 
 // validateHeader is validate without the entries.

@@ -97,7 +97,7 @@ func (c *capWriter) Write(p []byte) (int, error) {
 }
 
 // readManifest reads a stored manifest from r and validates it as
-// untrusted input as it goes (see validate), calling fn with each entry,
+// untrusted input as it goes (see entryChecker), calling fn with each entry,
 // in order, once the entry itself has passed; the totals and the fields
 // are checked at the end, so that a failure then still fails the read.
 // The Manifest returned has no Entries. Every error matches ErrManifest,
@@ -263,10 +263,14 @@ func delim(dec *json.Decoder, want json.Delim) error {
 	return nil
 }
 
-// entryChecker checks a manifest's entries one at a time, in order, as
-// validate does for a whole manifest, and adds up their totals. It holds
-// the paths of the directories it has seen: a reader must know that each
-// entry's parent is one.
+// entryChecker checks a manifest's entries one at a time, in order, for
+// what a reader relies on: entries sorted by path (so no duplicates),
+// clean relative paths whose parent is a directory entry (so nothing is
+// ever written through a symlink), kinds with only their own fields,
+// permission-only modes, file sizes equal to the sum of their chunks; and
+// adds up their totals, which must match the header's. It holds the paths
+// of the directories it has seen: a reader must know that each entry's
+// parent is one.
 type entryChecker struct {
 	n                          int
 	last                       string

@@ -36,7 +36,7 @@ func (k *sink) addEntry(e *Entry) error {
 }
 
 // checkEntries validates m with the sink's entries as a reader would (see
-// validate); a manifest it refuses is an error matching ErrManifest.
+// entryChecker); a manifest it refuses is an error matching ErrManifest.
 func (k *sink) checkEntries(m *Manifest) error {
 	if err := m.validateHeader(); err != nil {
 		return fmt.Errorf("%w: %v", ErrManifest, err)
