@@ -216,8 +216,9 @@ type SessionRestoreResult struct {
 //
 // A missing remoteDir is created (0700, with its parents); an empty one
 // receives the tree, and so does one that holds nothing but the staging
-// directory a cut restore into it left (which goes). A non-empty one is refused with an error matching
-// session.ErrNotEmpty unless opts.Replace; then the tree is placed as a
+// directory a cut restore into it left (which goes). A non-empty one is
+// refused with an error matching session.ErrNotEmpty unless
+// opts.Replace; then the tree is placed as a
 // hidden new sibling of remoteDir and swapped in by one exec of sh: the
 // old directory is renamed aside, the new one renamed to remoteDir (the
 // old one is renamed back if that fails), and the old one removed. A

@@ -83,8 +83,9 @@ func stagingTemp(name string) (final string, pid int, ok bool) {
 // parent: those whose owner is gone (see the lock above) and, without a
 // marker, unchanged for an hour. It never removes a live one, nor
 // anything that is not provably a staging directory, and follows no
-// symlink. A missing parent holds none. It returns how many it removed; an error is the first it met
-// (reading parent, or removing one), and the others are still tried.
+// symlink. A missing parent holds none. It returns how many it removed;
+// an error is the first it met (reading parent, or removing one), and the
+// others are still tried.
 // Extract calls it on the directory it stages in, so a caller need not;
 // it is exported for a sandbox or a host that wants to clean up without
 // staging.
