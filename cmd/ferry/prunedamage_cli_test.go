@@ -17,13 +17,7 @@ import (
 // store lost is sent again by the next save, which restores; leftover
 // temporary files of a killed writer are removed and counted.
 func TestSessionPruneDamageCLI(t *testing.T) {
-	g := activeGateway(t)
-	wantOK(t, runFerry(t, nil, "sandbox", "create", "box", "-q"))
-	src := filepath.Join(g.Root, "box", "sess")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	transfertest.RandomTree(t, src, 31, transfertest.TreeOptions{Entries: 40})
+	g, src, _ := sessionBox(t, 31, transfertest.TreeOptions{Entries: 40})
 	store := t.TempDir()
 	t.Setenv("FERRY_STORE", store)
 	const key = "damaged-key"

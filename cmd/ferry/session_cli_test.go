@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/session/s3store/s3test"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
@@ -24,6 +25,19 @@ func TestSessionHelpGolden(t *testing.T) {
 			golden(t, filepath.Join("help", name+".golden"), r.stdout)
 		})
 	}
+}
+
+// sessionBox is the active gateway with a sandbox "box" whose directory
+// sess holds a random tree of seed and opts (src on the host, as made).
+func sessionBox(t *testing.T, seed int64, opts transfertest.TreeOptions) (*gatewaytest.Gateway, string, transfertest.Tree) {
+	t.Helper()
+	g := activeGateway(t)
+	wantOK(t, runFerry(t, nil, "sandbox", "create", "box", "-q"))
+	src := filepath.Join(g.Root, "box", "sess")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return g, src, transfertest.RandomTree(t, src, seed, opts)
 }
 
 // decode parses one JSON object and checks it has keys.
@@ -50,13 +64,7 @@ func TestSessionCLI(t *testing.T) {
 }
 
 func testSessionCLI(t *testing.T, mode string) {
-	g := activeGateway(t)
-	wantOK(t, runFerry(t, nil, "sandbox", "create", "box", "-q"))
-	src := filepath.Join(g.Root, "box", "sess")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tr := transfertest.RandomTree(t, src, 9, transfertest.TreeOptions{Entries: 40})
+	g, src, tr := sessionBox(t, 9, transfertest.TreeOptions{Entries: 40})
 	store := t.TempDir()
 	t.Setenv("FERRY_STORE", store)
 
@@ -140,13 +148,7 @@ func testSessionCLI(t *testing.T, mode string) {
 // endpoint from --s3-endpoint and its credentials from the AWS_* variables.
 func TestSessionS3CLI(t *testing.T) {
 	s3 := s3test.Start(t)
-	g := activeGateway(t)
-	wantOK(t, runFerry(t, nil, "sandbox", "create", "box", "-q"))
-	src := filepath.Join(g.Root, "box", "sess")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tr := transfertest.RandomTree(t, src, 11, transfertest.TreeOptions{Entries: 40})
+	g, src, tr := sessionBox(t, 11, transfertest.TreeOptions{Entries: 40})
 	t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s3.SecretKey)
 	t.Setenv("AWS_REGION", s3.Region)

@@ -23,13 +23,7 @@ func TestSessionRepairCLI(t *testing.T) {
 }
 
 func testSessionRepairCLI(t *testing.T, mode string) {
-	g := activeGateway(t)
-	wantOK(t, runFerry(t, nil, "sandbox", "create", "box", "-q"))
-	src := filepath.Join(g.Root, "box", "sess")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	transfertest.RandomTree(t, src, 21, transfertest.TreeOptions{Entries: 40, BigFiles: 1, BigFileSize: 1 << 20})
+	g, src, _ := sessionBox(t, 21, transfertest.TreeOptions{Entries: 40, BigFiles: 1, BigFileSize: 1 << 20})
 	store := t.TempDir()
 	t.Setenv("FERRY_STORE", store)
 	wantOK(t, runFerry(t, nil, "-q", "--mode", mode, "session", "save", "box:sess", "task-1"))
@@ -93,13 +87,7 @@ func testSessionRepairCLI(t *testing.T, mode string) {
 // object goes, and the whole store verifies clean and restores.
 func TestSessionRepairS3CLI(t *testing.T) {
 	s3 := s3test.Start(t)
-	g := activeGateway(t)
-	wantOK(t, runFerry(t, nil, "sandbox", "create", "box", "-q"))
-	src := filepath.Join(g.Root, "box", "sess")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	transfertest.RandomTree(t, src, 23, transfertest.TreeOptions{Entries: 40, BigFiles: 2, BigFileSize: 3 << 20})
+	g, src, _ := sessionBox(t, 23, transfertest.TreeOptions{Entries: 40, BigFiles: 2, BigFileSize: 3 << 20})
 	// The chunk cache would keep the pack this test loses.
 	t.Setenv("FERRY_CACHE_DIR", "off")
 	t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
