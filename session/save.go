@@ -14,7 +14,7 @@ import (
 
 // Source is a tree to save. The local directory ([DirSource]) is one; a
 // sandbox with ferry's agent, which chunks and hashes next to the data and
-// sends only the chunks the store lacks, is another.
+// sends every chunk but its parent's, is another ([AgentSource]).
 type Source interface {
 	// Scan reports the tree to sink: every entry, and through Put the
 	// contents of every chunk the entries reference that sink.Has does not
@@ -30,7 +30,11 @@ type Source interface {
 type Sink interface {
 	// Has reports whether the store holds chunk id, so that an entry may
 	// reference it without the Source sending it. The chunks of the
-	// snapshot the save started from are always held.
+	// snapshot the save started from are always held. The answer is the
+	// store's, of every key: a Source that reads the bytes itself
+	// (DirSource) may use it, one whose chunk IDs are a sandbox's claims
+	// must not (see AgentSource), lest a claimed ID read another key's
+	// chunk or tell the sandbox that it exists.
 	Has(ctx context.Context, id ID) (bool, error)
 	// Put stores data (at most MaxChunkSize bytes) as a chunk and returns
 	// its ID, the SHA-256 of data. data may be reused when Put returns.

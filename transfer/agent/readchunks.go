@@ -233,7 +233,7 @@ func (c *Client) ReadChunksStored(ctx context.Context, dir string, reads []*agen
 		m, err := stream.Recv()
 		if err == io.EOF {
 			if next != len(reads) {
-				return wire, fmt.Errorf("%s: %w: the agent sent %d chunks", op, transfer.ErrDigest, next)
+				return wire, fmt.Errorf("%s: %w: the agent sent %d chunks, not %s at %d", op, transfer.ErrDigest, next, reads[next].GetPath(), reads[next].GetOffset())
 			}
 			return wire, nil
 		}
