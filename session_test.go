@@ -233,3 +233,68 @@ func testSessionConcurrentSaves(t *testing.T, mode variant) {
 		t.Fatalf("snapshots %+v, %v; want exactly one", list, err)
 	}
 }
+
+// TestSessionSaveWireBytes: through the agent in a sandbox, a second save
+// of a key after a small append fetches little (the parent's chunks are
+// the key's own, taken on the agent's word), while a save of the same
+// tree under another key fetches every chunk again, though the store
+// holds them all and writes none: a chunk ID is no proof across keys.
+func TestSessionSaveWireBytes(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := g.Client(t, openshell.Config{})
+	g.Sandbox(t, c, "box")
+	sb := sandboxVia(t, c, variant{Mode: ferry.ModeAgent})
+	src := filepath.Join(g.Root, "box", "sess")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tr := transfertest.RandomTree(t, src, 9, transfertest.TreeOptions{BigFiles: 2, BigFileSize: 1 << 20})
+	st, _ := newStore(t, nil)
+
+	first, err := ferry.SaveSession(ctx(t), sb, st, "sess", "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.NewBytes == 0 || first.WireBytes < tr.Bytes/2 {
+		t.Fatalf("first save %+v of %d bytes", first, tr.Bytes)
+	}
+	var grown string
+	filepath.WalkDir(src, func(p string, de os.DirEntry, err error) error {
+		if fi, ierr := de.Info(); err == nil && ierr == nil && fi.Mode().IsRegular() && fi.Mode()&0o200 != 0 && fi.Size() >= 1<<20 && grown == "" {
+			grown = p
+		}
+		return err
+	})
+	f, err := os.OpenFile(grown, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte(strings.Repeat("appended\n", 100))); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	second, err := ferry.SaveSession(ctx(t), sb, st, "sess", "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Snapshot != 2 || second.WireBytes > first.WireBytes/20 || second.NewChunks == 0 || second.NewChunks > 3 {
+		t.Errorf("second save after a 900-byte append: %+v; first %d wire bytes", second, first.WireBytes)
+	}
+
+	other, err := ferry.SaveSession(ctx(t), sb, st, "sess", "k2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.NewChunks != 0 || other.WireBytes < first.WireBytes*9/10 {
+		t.Errorf("save of the same tree under another key: %+v; want every chunk fetched (%d wire bytes at first), none stored", other, first.WireBytes)
+	}
+	t.Logf("wire bytes: first save %d, second %d, another key's %d", first.WireBytes, second.WireBytes, other.WireBytes)
+	rr, err := ferry.RestoreSession(ctx(t), sb, st, "k2", "restored", ferry.SessionRestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rr.Files != tr.Files {
+		t.Errorf("restore of k2: %+v", rr)
+	}
+	transfertest.EqualTrees(t, src, filepath.Join(g.Root, "box", "restored"))
+}

@@ -32,18 +32,31 @@ var ErrAgent = errors.New("session: invalid answer from the agent")
 
 // AgentSource is a Source in a sandbox, read through ferry's agent: the
 // agent walks Dir, cuts files into chunks with cdc.Default and hashes them
-// next to the data; the host asks the store which chunks it lacks and
-// fetches only those, each re-hashed on arrival. The tree and its entries
-// are those DirSource gives for the same directory (same chunker, same
-// modes, mtimes and symlink targets), so the two save identical manifests.
+// next to the data, and the host fetches the chunks it needs, each
+// re-hashed on arrival. The tree and its entries are those DirSource
+// gives for the same directory (same chunker, same modes, mtimes and
+// symlink targets), so the two save identical manifests.
 //
-// The agent is not trusted: every entry is checked (clean relative path,
-// in strictly ascending walk order, so no duplicates; known kind; chunks
-// contiguous from offset 0, each of 1 to MaxChunkSize bytes, adding up to
-// the size) before anything is fetched,
-// and every fetched chunk must hash to its ID. Any violation fails the
-// save, which then commits nothing; the error matches ErrAgent, or
-// transfer.ErrDigest for a chunk's bytes.
+// The agent is not trusted, ferry's own cached binary included: its
+// answers are as hostile as a crafted tar. Every entry is checked (clean
+// relative path, in strictly ascending walk order, so no duplicates; known
+// kind; chunks contiguous from offset 0, each of 1 to MaxChunkSize bytes,
+// adding up to the size) before anything is fetched, and every fetched
+// chunk must hash to its ID. A chunk ID from the agent is a claim, not a
+// proof: knowing another key's chunk ID must not be enough to read it. So
+// the host skips fetching only the chunks of the save's parent that the
+// store still holds (the key's own, restored into this sandbox; an
+// unchanged file takes the parent's chunk list) and those this save has
+// fetched already. Every other chunk is fetched from the agent, whether
+// or not the store holds it (one another key holds is then not written
+// again): the reads the agent sees depend on its answers and the key's
+// own parent only, never on what other keys stored, so a save is no
+// oracle of chunk existence either (see the package doc). That costs wire
+// bytes only for content new to the key that another key holds already.
+//
+// Any violation fails the save, which then commits nothing; the error
+// matches ErrAgent, or transfer.ErrDigest for a chunk's bytes (including
+// a zstd frame the store's reader would refuse).
 //
 // A file written to between the scan and the fetch of its chunks fails the
 // save with an error matching agent.ErrChanged; a retry scans again.
@@ -80,10 +93,9 @@ func (a *AgentSource) Scan(ctx context.Context, prev *Parent, sink Sink) error {
 	}
 	var known iter.Seq2[*agentv1.KnownFile, error]
 	if prev != nil {
-		known = knownFiles(ctx, prev, sink)
+		known = knownFiles(prev, sink)
 	}
 	f := &fetcher{a: a, sink: sink, want: map[ID]bool{}}
-	defer f.stop()
 	w := &agentWalk{files: prev.Files()}
 	err := a.Client.Scan(ctx, a.Dir, known, cdc.Default, func(se *agentv1.ScanEntry) error {
 		e, chunks, err := a.entry(se, w)
@@ -102,9 +114,10 @@ func (a *AgentSource) Scan(ctx context.Context, prev *Parent, sink Sink) error {
 // reader of its own, beside the one entry looks the unchanged files up
 // with.
 //
-// A file whose chunks the store no longer all holds is left out: the
-// agent reads it again, and the save stores the lost chunks anew.
-func knownFiles(ctx context.Context, prev *Parent, sink Sink) iter.Seq2[*agentv1.KnownFile, error] {
+// A file whose chunks the sink does not all take the claim of (the store
+// lost one since) is left out: the agent reads it again, and the save
+// stores the lost chunks anew. That asks the store nothing either.
+func knownFiles(prev *Parent, sink Sink) iter.Seq2[*agentv1.KnownFile, error] {
 	return func(yield func(*agentv1.KnownFile, error) bool) {
 		files := prev.Files()
 		for {
@@ -116,11 +129,21 @@ func knownFiles(ctx context.Context, prev *Parent, sink Sink) iter.Seq2[*agentv1
 			if !ok {
 				return
 			}
-			if held(ctx, sink, &e) && !yield(&agentv1.KnownFile{Path: e.Path, Size: e.Size, MtimeUnixNano: e.MTime}, nil) {
+			if claimsAll(sink, &e) && !yield(&agentv1.KnownFile{Path: e.Path, Size: e.Size, MtimeUnixNano: e.MTime}, nil) {
 				return
 			}
 		}
 	}
+}
+
+// claimsAll reports whether sink takes the claims of every chunk of e.
+func claimsAll(sink Sink, e *Entry) bool {
+	for _, c := range e.Chunks {
+		if !claimable(sink, c.ID) {
+			return false
+		}
+	}
+	return true
 }
 
 // agentWalk is what entry knows of the scan so far: the agent reports its
@@ -210,32 +233,43 @@ func (a *AgentSource) entry(se *agentv1.ScanEntry, w *agentWalk) (Entry, []*agen
 	return e, nil, nil
 }
 
-// fetcher collects the chunks the batch's entries reference, asks the
-// sink which it lacks (lookupParallel at a time, while the scan goes on),
-// and fetches those in bounded batches.
+// claimSink is what an AgentSource asks its sink instead of Has (see
+// AgentSource): whether an entry may reference chunk id on the agent's
+// word, with no bytes sent. A sink without the method takes no claim: the
+// source fetches every chunk.
+type claimSink interface {
+	Sink
+	claimable(id ID) bool
+}
+
+var (
+	_ claimSink = (*sink)(nil)
+	_ claimSink = (*refetchSink)(nil)
+)
+
+// claimable reports whether sink takes a claim of chunk id.
+func claimable(sink Sink, id ID) bool {
+	cs, ok := sink.(claimSink)
+	return ok && cs.claimable(id)
+}
+
+// fetcher collects the chunks the batch's entries reference that the
+// sink takes no claim of, and fetches them in bounded batches, each chunk
+// once a batch.
 type fetcher struct {
-	a    *AgentSource
-	sink Sink
-	// lookups are the batch's Sink.Has calls; nil when none was started.
-	// The batch's flush waits for them; so does stop, after a failure.
-	lookups *group
-	cands   []*candidate
+	a       *AgentSource
+	sink    Sink
+	reads   []*agentv1.ChunkRead
 	bytes   int64
 	paths   int
-	want    map[ID]bool // in cands
+	want    map[ID]bool // in reads
 	waiting []Entry
 }
 
-// candidate is one chunk of a batch, and whether the sink lacks it: lacks
-// is written by the chunk's look-up and read after the look-ups' Wait.
-type candidate struct {
-	read  *agentv1.ChunkRead
-	lacks bool
-}
-
-// add records e once its chunks are known to be held: at the flush of the
-// batch that looks them up and fetches the missing ones, or now if it has
-// none to look up.
+// add records e once its chunks are held: at the flush of the batch that
+// fetches them, or now if the sink takes the claims of all of them.
+// Whether the store holds a chunk plays no part, so the reads the agent
+// sees say nothing of the store.
 func (f *fetcher) add(ctx context.Context, e Entry, chunks []*agentv1.ChunkInfo) error {
 	wait := false
 	for i, c := range chunks {
@@ -244,26 +278,17 @@ func (f *fetcher) add(ctx context.Context, e Entry, chunks []*agentv1.ChunkInfo)
 			wait = true
 			continue
 		}
-		if len(f.cands) == maxFetchReads || f.bytes+c.GetSize() > maxFetchBytes || f.paths+len(e.Path) > maxFetchPaths {
+		if claimable(f.sink, id) {
+			continue
+		}
+		if len(f.reads) == maxFetchReads || f.bytes+c.GetSize() > maxFetchBytes || f.paths+len(e.Path) > maxFetchPaths {
 			if err := f.flush(ctx); err != nil {
 				return err
 			}
 		}
-		if f.lookups == nil {
-			f.lookups = newGroup(ctx, lookupParallel)
-		}
-		cd := &candidate{read: &agentv1.ChunkRead{Path: e.Path, Offset: c.GetOffset(), Size: c.GetSize(), Id: c.GetId()}}
-		err := f.lookups.Go(ctx, func(ctx context.Context) error {
-			ok, err := f.sink.Has(ctx, id)
-			cd.lacks = !ok
-			return err
-		})
-		if err != nil {
-			return err
-		}
 		wait = true
 		f.want[id] = true
-		f.cands = append(f.cands, cd)
+		f.reads = append(f.reads, &agentv1.ChunkRead{Path: e.Path, Offset: c.GetOffset(), Size: c.GetSize(), Id: c.GetId()})
 		f.bytes += c.GetSize()
 		f.paths += len(e.Path)
 	}
@@ -274,24 +299,11 @@ func (f *fetcher) add(ctx context.Context, e Entry, chunks []*agentv1.ChunkInfo)
 	return f.sink.Add(e)
 }
 
-// flush waits for the batch's look-ups, fetches the chunks the sink lacks,
-// stores them and records the entries that waited for them.
+// flush fetches the batch's chunks, stores them and records the entries
+// that waited for them.
 func (f *fetcher) flush(ctx context.Context) error {
-	if f.lookups != nil {
-		err := f.lookups.Wait()
-		f.lookups = nil
-		if err != nil {
-			return err
-		}
-	}
-	var reads []*agentv1.ChunkRead
-	for _, cd := range f.cands {
-		if cd.lacks {
-			reads = append(reads, cd.read)
-		}
-	}
-	if len(reads) > 0 {
-		if err := f.fetch(ctx, reads); err != nil {
+	if len(f.reads) > 0 {
+		if err := f.fetch(ctx, f.reads); err != nil {
 			return err
 		}
 	}
@@ -300,8 +312,8 @@ func (f *fetcher) flush(ctx context.Context) error {
 			return err
 		}
 	}
-	clear(f.cands)
-	f.cands, f.bytes, f.paths, f.waiting = f.cands[:0], 0, 0, f.waiting[:0]
+	clear(f.reads)
+	f.reads, f.bytes, f.paths, f.waiting = f.reads[:0], 0, 0, f.waiting[:0]
 	clear(f.want)
 	return nil
 }
@@ -332,13 +344,4 @@ func (f *fetcher) fetch(ctx context.Context, reads []*agentv1.ChunkRead) error {
 		return fmt.Errorf("scan %s: %w", f.a.Dir, err)
 	}
 	return nil
-}
-
-// stop ends the look-ups a failed scan left running, and waits for them.
-func (f *fetcher) stop() {
-	if f.lookups != nil {
-		f.lookups.fail(context.Canceled)
-		f.lookups.Wait()
-		f.lookups = nil
-	}
 }

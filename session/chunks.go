@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/ferry-dev/ferry/transfer/frame"
 )
 
 // MaxChunkSize is the largest chunk the store accepts: cdc.Default's Max.
@@ -37,10 +39,14 @@ func parseChunkName(name string) (ID, bool) {
 // The package's zstd codecs, used only through EncodeAll and DecodeAll,
 // which are safe for concurrent use and start no goroutines. Each decoder
 // refuses output over its bound, so a hostile object cannot make it
-// allocate more.
+// allocate more. chunkDecoder is every chunk decoder's configuration
+// (frame.NewChunkDecoder), the one the agent's ReadChunks checks a
+// fetched frame with before the store keeps it: a frame one key stores,
+// every reader accepts. It writes no further than its dst's capacity,
+// which must be MaxChunkSize.
 var (
 	encoder         = must(zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1)))
-	chunkDecoder    = must(zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(MaxChunkSize+1)))
+	chunkDecoder    = frame.NewChunkDecoder(MaxChunkSize)
 	manifestDecoder = must(zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(maxManifestDecoded)))
 )
 
@@ -69,6 +75,9 @@ func (s *Store) readChunk(ctx context.Context, id ID, buf []byte) ([]byte, error
 			return &PackError{Object: pack, Chunk: id, Reason: reason}
 		}
 		return fmt.Errorf("read chunk %s: %w: %s", id, ErrChunkCorrupt, reason)
+	}
+	if cap(buf) < MaxChunkSize {
+		buf = make([]byte, 0, MaxChunkSize)
 	}
 	plain, err := chunkDecoder.DecodeAll(stored, buf[:0])
 	if err != nil {

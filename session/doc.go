@@ -41,9 +41,52 @@
 // takes a file's chunk list from the previous snapshot when its size and
 // mtime match, without reading it; Restore keeps mtimes, so a restored,
 // untouched tree saves with no new bytes. A Source that is not local (ferry's
-// agent in a sandbox) chunks next to the data, asks [Sink.Has] and sends
-// only missing chunks through [Sink.Put]; the Sink accepts no entry that
-// references a chunk neither stored nor confirmed.
+// agent in a sandbox, [AgentSource]) chunks next to the data and sends
+// every chunk through [Sink.Put] but those of the save's parent, which it
+// may claim by ID; the Sink accepts no entry that references a chunk
+// neither stored nor confirmed. Dedup against other keys then saves store
+// writes, not wire bytes (next section).
+//
+// # What a key learns of other keys
+//
+// Every key shares the store, and a sandbox, ferry's agent in it
+// included, may be hostile. What a sandbox sees is what the host asks it
+// in a save, and what a restore sends it:
+//
+//   - Chunk IDs: only those of its own data. A save asks for chunks by
+//     the IDs the agent itself reported; a restore sends the entries and
+//     chunks of one snapshot of the key. No other key's manifest, chunk
+//     list or name reaches it.
+//   - Contents: only of its own snapshots. A chunk ID from the agent is a
+//     claim: a save takes it without the chunk's bytes only for a chunk of
+//     its parent (the key's own newest snapshot, which the sandbox was
+//     restored from) that the store still holds, or one the same save has
+//     received already. Every other chunk the agent names is fetched from
+//     it and must hash to its ID, so knowing the ID of another key's chunk
+//     is not enough to put it in a snapshot and restore it.
+//   - Existence: which chunks a save fetches depends only on the agent's
+//     answers and on the parent, never on what other keys stored: a
+//     claimed chunk another key holds is fetched all the same (and not
+//     written again), so a save is no oracle of chunk existence, not even
+//     for content the sandbox holds (a keyed proof followed by a fetch of
+//     what the store lacks would still say which it lacks). Sink.Has,
+//     which answers for the whole store, is left to sources that read the
+//     bytes on the host (DirSource, and the POSIX-mode save that downloads
+//     the tree first). Which of the parent's chunks the store lost shows
+//     (they are fetched again), but those are the key's own.
+//   - Sizes: nothing of other keys; a save's manifest totals (NewBytes
+//     counts only chunks the store lacked) go to the host's caller, not to
+//     the sandbox.
+//
+// Limitations, both about content the sandbox already holds, so both
+// confirm at most that another key stored the same content before:
+// timing, as the host writes only a fetched chunk the store lacks, and
+// the pace at which it reads the agent's stream follows its uploads; and
+// the frame a restore sends, which is the one the chunk was first stored
+// with (an agent's frame is kept as it came, zstd's skippable frames and
+// choice of encoding included), so a sandbox that marks its own frames
+// can tell another writer's. Closing the second would take the host
+// re-encoding every fetched chunk itself.
 //
 // Memory is bounded by chunk, pack and buffer sizes, never by file sizes.
 // A save's is not bounded by the file count either: it holds its entries,

@@ -184,6 +184,16 @@ func (k *refetchSink) Has(ctx context.Context, id ID) (bool, error) {
 	return !k.want[id], nil
 }
 
+// claimable takes the claim of every chunk but those still wanted, as Has
+// confirms them: a repair commits nothing, so a claim leads to no
+// snapshot, and the chunks it asks a sandbox for are the ones the
+// operator asked to repair from it.
+func (k *refetchSink) claimable(id ID) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return !k.want[id]
+}
+
 // Put stores data if it hashes to a wanted chunk not taken yet, and drops
 // it otherwise.
 func (k *refetchSink) Put(ctx context.Context, data []byte) (ID, error) {

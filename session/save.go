@@ -14,7 +14,7 @@ import (
 
 // Source is a tree to save. The local directory ([DirSource]) is one; a
 // sandbox with ferry's agent, which chunks and hashes next to the data and
-// sends only the chunks the store lacks, is another.
+// sends every chunk but its parent's, is another ([AgentSource]).
 type Source interface {
 	// Scan reports the tree to sink: every entry, and through Put the
 	// contents of every chunk the entries reference that sink.Has does not
@@ -30,7 +30,11 @@ type Source interface {
 type Sink interface {
 	// Has reports whether the store holds chunk id, so that an entry may
 	// reference it without the Source sending it. The chunks of the
-	// snapshot the save started from are always held.
+	// snapshot the save started from are always held. The answer is the
+	// store's, of every key: a Source that reads the bytes itself
+	// (DirSource) may use it, one whose chunk IDs are a sandbox's claims
+	// must not (see AgentSource), lest a claimed ID read another key's
+	// chunk or tell the sandbox that it exists.
 	Has(ctx context.Context, id ID) (bool, error)
 	// Put stores data (at most MaxChunkSize bytes) as a chunk and returns
 	// its ID, the SHA-256 of data. data may be reused when Put returns.
@@ -90,7 +94,7 @@ func (s *Store) Save(ctx context.Context, key string, src Source) (*Manifest, er
 		}
 	}
 	up := newGroup(ctx, uploadParallel)
-	sk := &sink{s: s, up: up, since: lk.body.reuseSince(s.cfg.Grace), confirmed: map[ID]bool{}, absent: map[ID]bool{}}
+	sk := &sink{s: s, up: up, since: lk.body.reuseSince(s.cfg.Grace), confirmed: map[ID]bool{}, found: map[ID]bool{}, absent: map[ID]bool{}}
 	defer sk.close()
 	if s.cfg.Pack {
 		// Pack uploads run under ctx, not up's context: up is done (and
@@ -172,9 +176,15 @@ type sink struct {
 	since time.Time
 
 	mu sync.Mutex
-	// confirmed are the chunks entries may reference: held by the store,
-	// or being uploaded (durable before the commit, or the save fails).
+	// confirmed are the chunks of the parent the store holds, and those
+	// Put since (being uploaded: durable before the commit, or the save
+	// fails). Entries may reference them, and a source that does not
+	// send a chunk's bytes may claim only them (claimable).
 	confirmed map[ID]bool
+	// found are the other chunks Has found fresh in the store, perhaps
+	// another key's: entries may reference them too, but they are no
+	// claim a sandbox may make.
+	found map[ID]bool
 	// absent are chunks Has found missing or stale: Put uploads them
 	// without asking the store a second time.
 	absent map[ID]bool
@@ -194,7 +204,7 @@ func (k *sink) Has(ctx context.Context, id ID) (bool, error) {
 		return false, err
 	}
 	k.mu.Lock()
-	ok := k.confirmed[id]
+	ok := k.confirmed[id] || k.found[id]
 	k.mu.Unlock()
 	if ok {
 		return true, nil
@@ -205,12 +215,25 @@ func (k *sink) Has(ctx context.Context, id ID) (bool, error) {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.confirmed[id] {
+		return true, nil
+	}
 	if fresh {
-		k.confirmed[id] = true
-	} else if !k.confirmed[id] {
+		k.found[id] = true
+	} else {
 		k.absent[id] = true
 	}
 	return fresh, nil
+}
+
+// claimable reports whether chunk id is one of the parent's the store
+// holds, or one this save has Put: the only chunks an entry of a source
+// in a sandbox may reference without their bytes (see AgentSource). It
+// asks the store nothing, so its answer says nothing of other keys.
+func (k *sink) claimable(id ID) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.confirmed[id]
 }
 
 // fresh reports whether chunk id exists and was last written after
@@ -267,11 +290,16 @@ func (k *sink) putChecked(ctx context.Context, id ID, data, zstd []byte) error {
 		return nil
 	}
 	// Confirmed now, uploaded below: an entry may reference the chunk at
-	// once, as Save commits only after every upload has succeeded.
-	absent := k.absent[id]
+	// once, as Save commits only after every upload has succeeded. One
+	// Has found fresh is not uploaded again.
+	absent, found := k.absent[id], k.found[id]
 	k.confirmed[id] = true
 	delete(k.absent, id)
+	delete(k.found, id)
 	k.mu.Unlock()
+	if found {
+		return nil
+	}
 
 	stored := zstd != nil && len(zstd) <= maxStoredChunk
 	if k.pk != nil {
@@ -358,7 +386,7 @@ func (k *sink) Add(e Entry) error {
 		return errors.New("add entry: the save is over")
 	}
 	for _, c := range e.Chunks {
-		if !k.confirmed[c.ID] {
+		if !k.confirmed[c.ID] && !k.found[c.ID] {
 			return fmt.Errorf("entry %q: chunk %s neither stored nor confirmed", e.Path, c.ID)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/cdc"
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
 
@@ -41,11 +42,24 @@ var (
 		zstd.WithEncoderLevel(zstd.SpeedFastest),
 		zstd.WithEncoderConcurrency(1),
 		zstd.WithEncoderCRC(false)))
-	chunkDecoder = mustZstd(zstd.NewReader(nil,
-		zstd.WithDecoderConcurrency(0),
-		zstd.WithDecoderMaxMemory(maxChunk),
-		zstd.WithDecodeAllCapLimit(true)))
+	// The decoders of chunk frames, of the one configuration every chunk
+	// decoder has (frame.NewChunkDecoder): storeChunkDecoder for a chunk
+	// of cdc.Default, the session store's (session.MaxChunkSize), so that
+	// a frame ReadChunksStored hands on for such a chunk is one the
+	// store's own reader accepts; bigChunkDecoder for the larger chunks
+	// of other chunker parameters.
+	storeChunkDecoder = frame.NewChunkDecoder(cdc.Default.Max)
+	bigChunkDecoder   = frame.NewChunkDecoder(maxChunk)
 )
+
+// chunkDecoder is the decoder of a frame of a chunk of size bytes: the
+// smallest bound that holds it.
+func chunkDecoder(size int64) *zstd.Decoder {
+	if size <= int64(cdc.Default.Max) {
+		return storeChunkDecoder
+	}
+	return bigChunkDecoder
+}
 
 func mustZstd[T any](v T, err error) T {
 	if err != nil {
@@ -177,6 +191,10 @@ func (c *Client) ReadChunks(ctx context.Context, dir string, reads []*agentv1.Ch
 // travelled in (nil when it travelled raw), which decoded to plaintext:
 // a store that keeps chunks as zstd can keep that frame as it is instead
 // of compressing the chunk again. Both slices are valid only during fn.
+// The frame of a chunk of at most cdc.Default.Max bytes was decoded by
+// frame.NewChunkDecoder(cdc.Default.Max), the session store's reader, so
+// the store accepts it as it is: a frame it would refuse (a window over
+// that bound, say) fails the call with transfer.ErrDigest.
 func (c *Client) ReadChunksStored(ctx context.Context, dir string, reads []*agentv1.ChunkRead, compress frame.Mode, fn func(i int, plaintext, zstd []byte) error) (int64, error) {
 	if dir == "" {
 		dir = "."
@@ -215,7 +233,7 @@ func (c *Client) ReadChunksStored(ctx context.Context, dir string, reads []*agen
 		m, err := stream.Recv()
 		if err == io.EOF {
 			if next != len(reads) {
-				return wire, fmt.Errorf("%s: %w: the agent sent %d chunks", op, transfer.ErrDigest, next)
+				return wire, fmt.Errorf("%s: %w: the agent sent %d chunks, not %s at %d", op, transfer.ErrDigest, next, reads[next].GetPath(), reads[next].GetOffset())
 			}
 			return wire, nil
 		}
@@ -237,7 +255,7 @@ func (c *Client) ReadChunksStored(ctx context.Context, dir string, reads []*agen
 				buf = make([]byte, 0, r.GetSize()+decodeSlack)
 			}
 			stored = data
-			if data, err = chunkDecoder.DecodeAll(data, buf[:0:r.GetSize()+decodeSlack]); err != nil {
+			if data, err = chunkDecoder(r.GetSize()).DecodeAll(data, buf[:0:r.GetSize()+decodeSlack]); err != nil {
 				return wire, fmt.Errorf("%s: %s at %d: %w: %v", op, r.GetPath(), r.GetOffset(), transfer.ErrDigest, err)
 			}
 		}

@@ -187,6 +187,16 @@ func TestReadChunksHostileAgent(t *testing.T) {
 	defer enc.Close()
 	bomb := enc.EncodeAll(bytes.Repeat(data, 100), nil)
 	other := bytes.Repeat([]byte("other data "), 1000)
+	// wide is data in a frame that declares a 256 KiB window, over the
+	// session store's chunk bound (cdc.Default.Max): the store's reader
+	// would refuse it, so the host must not hand it on to be kept.
+	noSingle, _ := zstd.NewWriter(nil, zstd.WithSingleSegment(false))
+	defer noSingle.Close()
+	wide := noSingle.EncodeAll(data, nil)
+	if wide[4]&(1<<5) != 0 {
+		t.Fatalf("frame header %x: single segment, no window descriptor", wide[:6])
+	}
+	wide[5] = 8 << 3
 	for name, send := range map[string]func(int, *agentv1.ChunkRead, agentv1.Agent_ReadChunksServer) error{
 		"wrong bytes": func(i int, r *agentv1.ChunkRead, s agentv1.Agent_ReadChunksServer) error {
 			return s.Send(&agentv1.ReadChunksResponse{Index: uint32(i), Data: other})
@@ -202,6 +212,9 @@ func TestReadChunksHostileAgent(t *testing.T) {
 		},
 		"bomb": func(i int, r *agentv1.ChunkRead, s agentv1.Agent_ReadChunksServer) error {
 			return s.Send(&agentv1.ReadChunksResponse{Index: uint32(i), Data: bomb, Zstd: true})
+		},
+		"window over the store's bound": func(i int, r *agentv1.ChunkRead, s agentv1.Agent_ReadChunksServer) error {
+			return s.Send(&agentv1.ReadChunksResponse{Index: uint32(i), Data: wide, Zstd: true})
 		},
 		"not zstd": func(i int, r *agentv1.ChunkRead, s agentv1.Agent_ReadChunksServer) error {
 			return s.Send(&agentv1.ReadChunksResponse{Index: uint32(i), Data: data[:100], Zstd: true})

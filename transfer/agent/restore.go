@@ -300,7 +300,7 @@ func startChunkPipe(ctx context.Context, recv func() (*agentv1.RestoreRequest, e
 // decodeSlack bytes of it) and checks it against its reference, filling
 // in ce's reason when it does not match.
 func decodeChunk(z []byte, size int64, ce *ChunkError, dst []byte) ([]byte, error) {
-	plain, err := chunkDecoder.DecodeAll(z, dst[:0:size+decodeSlack])
+	plain, err := chunkDecoder(size).DecodeAll(z, dst[:0:size+decodeSlack])
 	switch {
 	case err != nil:
 		ce.Err = fmt.Errorf("does not decode: %v", err)
