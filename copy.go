@@ -294,7 +294,7 @@ func downloadInto(ctx context.Context, r posix.Remote, dir string, names []strin
 		}
 		return *d
 	}
-	st, err := transfer.Extract(ctx, pr, local, transfer.ExtractOptions{Limits: limits, Place: place, OnStale: onStale, Verify: func(st transfer.Stats) error {
+	st, err := transfer.Extract(ctx, pr, local, transfer.ExtractOptions{Limits: limits, Place: place, Names: names, OnStale: onStale, Verify: func(st transfer.Stats) error {
 		// tar pads its output to a whole record after the end of the
 		// archive; take that, but not an endless stream.
 		if n, err := io.Copy(io.Discard, io.LimitReader(pr, maxTrailer+1)); err != nil {

@@ -14,8 +14,10 @@ type Limits struct {
 	// MaxEntries bounds the number of entries (headers that name a file,
 	// directory, link or global PAX record).
 	MaxEntries int64
-	// MaxFileSize bounds one regular file's size (its logical size, holes
-	// of a sparse file included).
+	// MaxFileSize bounds one regular file's size. Sparse entries, whose
+	// logical size can be a thousand times their bytes on the wire, are
+	// refused whatever their size (ErrUnsupported), so the size is what
+	// arrives.
 	MaxFileSize int64
 	// MaxPathLen bounds the length in bytes of an entry's name and of a
 	// link's target.
