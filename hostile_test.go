@@ -188,6 +188,8 @@ func TestIdleSandboxTar(t *testing.T) {
 		{name: "silence", tar: "exec sleep 20", op: "download"},
 		{name: "upload not read", tar: "exec sleep 20", op: "upload"},
 		{name: "pull silence", tar: "printf x; exec sleep 20", op: "pull"},
+		// A run's inputs are a transfer too; its command is not.
+		{name: "run inputs not read", tar: "exec sleep 20", op: "run"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plantTar(t, e, tc.tar)
@@ -199,6 +201,9 @@ func TestIdleSandboxTar(t *testing.T) {
 				_, err = ferry.Upload(ctx(t), sb, []string{filepath.Join(local, "up")}, "up")
 			case "pull":
 				_, err = ferry.Pull(ctx(t), sb, "", dst, transfer.Limits{})
+			case "run":
+				_, err = ferry.Run(ctx(t), sb, ferry.RunSpec{Argv: []string{"true"}, Out: t.TempDir(),
+					Inputs: []ferry.Mapping{{Local: filepath.Join(local, "up"), Remote: "up"}}})
 			default:
 				_, err = ferry.Download(ctx(t), sb, []string{"x"}, dst, transfer.Limits{})
 			}
@@ -247,4 +252,17 @@ func TestIdleSandboxTar(t *testing.T) {
 		}
 		sameTree(t, tree(t, dst), map[string]string{"file": "real"})
 	})
+}
+
+// TestIdleNotForCommands: a run's command may be silent for longer than
+// the idle timeout; only its transfers are watched.
+func TestIdleNotForCommands(t *testing.T) {
+	e := newEnv(t, ferry.ModePOSIX)
+	write(t, e.root, map[string]string{"rascal-meta/meta.json": "{}"})
+	sb := e.sb
+	sb.IdleTimeout = 300 * time.Millisecond
+	res, err := ferry.Run(ctx(t), sb, ferry.RunSpec{Argv: []string{"sleep", "1"}, Out: t.TempDir()})
+	if err != nil || res.ExitCode != 0 || res.PullErr != nil {
+		t.Fatalf("a silent command: %+v, %v", res, err)
+	}
 }

@@ -26,16 +26,20 @@ const DefaultIdleTimeout = 5 * time.Minute
 // its install) and cancels the transfer's context, with an ErrIdle cause,
 // once none has moved for the timeout.
 //
+// Only time with an exec running counts: between execs the host is at
+// work (reading a store, placing a tree), not waiting on the sandbox.
+//
 // Limitations: any byte is progress, so a sandbox that sends one byte
 // per timeout keeps a transfer alive (the caller's ctx is the bound on the
-// whole); and time the host itself spends between bytes (placing a large
-// tree after its stream) counts as idle, which is why the default is
-// minutes.
+// whole); and time the host itself spends while an exec runs (placing a
+// large tree after its stream, agent mode's one exec lasting the whole
+// transfer) counts as idle, which is why the default is minutes.
 type idleWatch struct {
 	op      string
 	timeout time.Duration
 	base    time.Time
 	last    atomic.Int64 // time.Since(base) at the last byte, in ns
+	running atomic.Int32 // execs in flight
 	cancel  context.CancelCauseFunc
 	stopc   chan struct{}
 	done    chan struct{}
@@ -77,6 +81,9 @@ func (w *idleWatch) run(ctx context.Context, sandbox string) {
 		case <-t.C:
 		}
 		idle := time.Since(w.base) - time.Duration(w.last.Load())
+		if w.running.Load() == 0 {
+			idle = 0
+		}
 		if idle >= w.timeout {
 			w.cause = fmt.Errorf("%w: nothing moved to or from sandbox %s for %v", ErrIdle, sandbox, w.timeout)
 			w.cancel(w.cause)
@@ -120,7 +127,14 @@ func (e idleExecer) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	}
 	c.Stdout = progressWriter{w: c.Stdout, iw: e.w}
 	c.Stderr = progressWriter{w: c.Stderr, iw: e.w}
-	e.w.touch() // an exec starting is progress: the last one may have been long ago
+	// An exec starting or ending is progress: idle time is counted
+	// from the last byte or the start of an exec, whichever is later.
+	e.w.touch()
+	e.w.running.Add(1)
+	defer func() {
+		e.w.touch()
+		e.w.running.Add(-1)
+	}()
 	return e.x.Exec(ctx, &c)
 }
 
