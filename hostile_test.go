@@ -3,8 +3,11 @@ package ferry_test
 import (
 	"archive/tar"
 	"bytes"
+	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ferry-dev/ferry"
+	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/transfer"
 )
 
@@ -264,5 +268,101 @@ func TestIdleNotForCommands(t *testing.T) {
 	res, err := ferry.Run(ctx(t), sb, ferry.RunSpec{Argv: []string{"sleep", "1"}, Out: t.TempDir()})
 	if err != nil || res.ExitCode != 0 || res.PullErr != nil {
 		t.Fatalf("a silent command: %+v, %v", res, err)
+	}
+}
+
+// stallX is a relay on which the agent's exec stops moving, after a
+// number of bytes, in one direction: stdout (the sandbox stops sending) or
+// stdin (it stops reading). The stalled call returns once the exec's own
+// context ends.
+type stallX struct {
+	x     relay.Execer
+	after int64
+	stdin bool
+}
+
+func (s stallX) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
+	if a := cmd.Argv; a[len(a)-1] != "serve" {
+		return s.x.Exec(ctx, cmd)
+	}
+	c := *cmd
+	if s.stdin {
+		c.Stdin = &stallReader{r: cmd.Stdin, ctx: ctx, left: s.after}
+	} else {
+		c.Stdout = &stallWriter{w: cmd.Stdout, ctx: ctx, left: s.after}
+	}
+	return s.x.Exec(ctx, &c)
+}
+
+type stallWriter struct {
+	w    io.Writer
+	ctx  context.Context
+	left int64
+}
+
+func (s *stallWriter) Write(p []byte) (int, error) {
+	if s.left <= 0 {
+		<-s.ctx.Done()
+		return 0, s.ctx.Err()
+	}
+	s.left -= int64(len(p))
+	return s.w.Write(p)
+}
+
+type stallReader struct {
+	r    io.Reader
+	ctx  context.Context
+	left int64
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	if s.left <= 0 {
+		<-s.ctx.Done()
+		return 0, s.ctx.Err()
+	}
+	n, err := s.r.Read(p[:min(int64(len(p)), s.left)])
+	s.left -= int64(n)
+	return n, err
+}
+
+// TestIdleAgentMode: in agent mode, an agent whose exec stops sending, or
+// stops reading, mid-transfer ends the Get or Put with ErrIdle.
+func TestIdleAgentMode(t *testing.T) {
+	e := newEnv(t, ferry.ModeAgent)
+	big := make([]byte, 4<<20)
+	rand.Read(big)
+	write(t, e.root, map[string]string{"big": string(big)})
+	local := t.TempDir()
+	write(t, local, map[string]string{"up/big": string(big)})
+	const timeout = 500 * time.Millisecond
+	for _, upload := range []bool{false, true} {
+		t.Run(fmt.Sprintf("upload=%v", upload), func(t *testing.T) {
+			sb := e.sb
+			sb.IdleTimeout = timeout
+			sb.X = stallX{x: e.sb.X, after: 256 << 10, stdin: upload}
+			dst := filepath.Join(t.TempDir(), "got")
+			start := time.Now()
+			var err error
+			if upload {
+				_, err = ferry.Upload(ctx(t), sb, []string{filepath.Join(local, "up")}, "up")
+			} else {
+				_, err = ferry.Download(ctx(t), sb, []string{"big"}, dst, transfer.Limits{})
+			}
+			took := time.Since(start)
+			if !errors.Is(err, ferry.ErrIdle) {
+				t.Fatalf("err = %v, want ErrIdle", err)
+			}
+			// The agent's exec gets its own grace to end.
+			if took < timeout || took > 20*time.Second {
+				t.Errorf("took %v with an idle timeout of %v", took, timeout)
+			}
+			if _, err := os.Lstat(dst); !os.IsNotExist(err) {
+				t.Errorf("something was placed at %s (%v)", dst, err)
+			}
+			if _, err := os.Lstat(filepath.Join(e.root, "up")); !os.IsNotExist(err) {
+				t.Errorf("the stalled upload placed up (%v)", err)
+			}
+			t.Logf("%v after %v", err, took)
+		})
 	}
 }
