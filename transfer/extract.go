@@ -122,12 +122,12 @@ const StagingPrefix = ".ferry-staging-"
 //
 // What is refused, each as an *EntryError naming the entry (see the
 // sentinels): absolute names and ".." components; names outside
-// opts.Names; device, FIFO, sparse and unknown entries; writing through a symlink, or changing the type of a path an
-// earlier entry created (a later regular file replaces an earlier one);
-// symlinks that resolve outside the tree, lexically or through other
-// symlinks of the stream, checked again once the tree is complete; hard
-// links to anything but a regular file extracted earlier; anything over
-// opts.Limits. Setuid, setgid and sticky bits are dropped. Modes are
+// opts.Names; device, FIFO, sparse and unknown entries; writing through a
+// symlink, or changing the type of a path an earlier entry created (a
+// later regular file replaces an earlier one); symlinks that resolve
+// outside the tree, lexically or through other symlinks of the stream,
+// checked again once the tree is complete; hard links to anything but a
+// regular file extracted earlier; anything over opts.Limits. Setuid, setgid and sticky bits are dropped. Modes are
 // restored exactly, not reduced by the umask. Modification times are
 // restored to the nanosecond on files, symlinks and directories (these after
 // their contents); access times are left to the system.
@@ -297,7 +297,7 @@ func (x *extractor) entry(hdr *tar.Header) error {
 		return err
 	}
 	if !x.requested(name) {
-		return fmt.Errorf("%w: %q is not under any name asked for", ErrUnrequested, clip(name))
+		return fmt.Errorf("%w: neither a name asked for nor under one", ErrUnrequested)
 	}
 	keep := name == rootName || x.sel == nil || x.sel(name)
 	switch hdr.Typeflag {
