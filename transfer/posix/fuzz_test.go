@@ -2,6 +2,7 @@ package posix
 
 import (
 	"bytes"
+	"fmt"
 	"maps"
 	"strconv"
 	"strings"
@@ -17,8 +18,8 @@ const fuzzTag = "ferry-0123"
 // Download and Upload do. Whatever the bytes: no panic; the messages are
 // those of a plain line-by-line reading (lines up to maxLine that start
 // with the tag, the last of a key winning), however the writes split the
-// stream; values hold no newline; what stderr() keeps stays bounded; every
-// upload failure parses to an error.
+// stream; values hold no newline; at most maxKeys keys are kept; what
+// stderr() keeps stays bounded; every upload failure parses to an error.
 func FuzzControl(f *testing.F) {
 	for _, s := range []string{
 		"",
@@ -31,6 +32,7 @@ func FuzzControl(f *testing.F) {
 		fuzzTag + " count " + strings.Repeat("9", maxLine) + "\n" + fuzzTag + " tar 1\n",
 		strings.Repeat("e\xff\xfe", 5000) + "\n" + fuzzTag + " ok 1\r\n",
 		"ferry-012 ok 1\n" + fuzzTag + "ok 2\n",
+		manyKeys(40),
 	} {
 		f.Add([]byte(s), uint16(1))
 		f.Add([]byte(s), uint16(7))
@@ -64,6 +66,9 @@ func FuzzControl(f *testing.F) {
 		// Each invalid byte may become a 3-byte U+FFFD.
 		if got, bound := len(whole.stderr()), 3*(stderrHead+stderrTail)+64; got > bound {
 			t.Fatalf("stderr kept %d bytes, at most %d", got, bound)
+		}
+		if len(whole.msgs) > maxKeys {
+			t.Fatalf("%d keys kept", len(whole.msgs))
 		}
 		for k, v := range whole.msgs {
 			if strings.ContainsAny(k, " \n") || strings.Contains(v, "\n") || len(v) > maxLine {
@@ -99,7 +104,9 @@ func lineMessages(data []byte) map[string]string {
 		}
 		if body, ok := bytes.CutPrefix(line, prefix); ok {
 			k, v, _ := strings.Cut(strings.TrimRight(string(body), "\r\n"), " ")
-			msgs[k] = v
+			if _, known := msgs[k]; known || len(msgs) < maxKeys {
+				msgs[k] = v
+			}
 		}
 	}
 	return msgs
@@ -139,4 +146,33 @@ func FuzzStreamWriter(f *testing.F) {
 			t.Fatalf("wire %d, want %d", s.wire, len(data))
 		}
 	})
+}
+
+// manyKeys is n control lines of distinct keys, then one of a key the
+// scripts use.
+func manyKeys(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "%s k%d v\n", fuzzTag, i)
+	}
+	return b.String() + fuzzTag + " count 1\n"
+}
+
+// TestControlBoundsKeys: a sandbox that writes control lines of ever new
+// keys grows nothing past maxKeys; the lines are kept as (bounded) text.
+func TestControlBoundsKeys(t *testing.T) {
+	c := newControl(fuzzTag)
+	for i := range 100000 {
+		fmt.Fprintf(c, "%s k%d %s\n", fuzzTag, i, strings.Repeat("v", 100))
+	}
+	c.done()
+	if len(c.msgs) != maxKeys {
+		t.Fatalf("%d keys kept, want %d", len(c.msgs), maxKeys)
+	}
+	if n := len(c.head) + len(c.tail); n > stderrHead+2*stderrTail {
+		t.Fatalf("%d bytes of text kept", n)
+	}
+	if !strings.Contains(c.stderr(), "bytes omitted") {
+		t.Errorf("stderr %q does not say what it left out", c.stderr())
+	}
 }
