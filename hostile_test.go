@@ -173,7 +173,7 @@ func TestHostileSandboxTarRefusals(t *testing.T) {
 }
 
 // TestIdleSandboxTar: a sandbox tar that sends one byte and then nothing,
-// or nothing at all, or does not read what is uploaded, ends the copy
+// or nothing at all, or a byte at a time, or does not read what is uploaded, ends the copy
 // with ErrIdle soon after the timeout; one that sends a whole archive
 // slowly but steadily, with pauses shorter than the timeout, is fine.
 func TestIdleSandboxTar(t *testing.T) {
@@ -190,6 +190,8 @@ func TestIdleSandboxTar(t *testing.T) {
 	}{
 		{name: "dribble then silence", tar: "printf x; exec sleep 20", op: "download"},
 		{name: "silence", tar: "exec sleep 20", op: "download"},
+		// A byte every 100ms: 5 bytes a timeout, under minIdleRate's 32.
+		{name: "dribble", tar: `i=0; while [ "$i" -lt 200 ]; do printf x; sleep 0.1; i=$((i+1)); done`, op: "download"},
 		{name: "upload not read", tar: "exec sleep 20", op: "upload"},
 		{name: "pull silence", tar: "printf x; exec sleep 20", op: "pull"},
 		// A run's inputs are a transfer too; its command is not.

@@ -12,13 +12,20 @@ import (
 	"github.com/ferry-dev/ferry/relay"
 )
 
-// ErrIdle means a transfer was ended because no byte moved on its exec
-// channel, in either direction, for Sandbox.IdleTimeout. The error names
-// the sandbox and the timeout.
+// ErrIdle means a transfer was ended because next to nothing moved on its
+// exec channel, in either direction, for Sandbox.IdleTimeout: fewer bytes
+// than minIdleRate a second, so a sandbox that dribbles a byte at a time
+// is idle too. The error names the sandbox and the timeout.
 var ErrIdle = errors.New("ferry: transfer idle")
 
 // DefaultIdleTimeout is what a zero Sandbox.IdleTimeout means.
 const DefaultIdleTimeout = 5 * time.Minute
+
+// minIdleRate is the slowest a transfer may move, in bytes a second over
+// one timeout, and still be making progress: far below any link a user
+// has (a 5-minute timeout asks for 19 KiB in 5 minutes), and far above a
+// sandbox that holds a transfer open with a byte now and then.
+const minIdleRate = 64
 
 // idleWatch ends one transfer that stops moving: it counts the bytes on
 // the exec channel of every exec the transfer makes (both modes pass
@@ -29,16 +36,20 @@ const DefaultIdleTimeout = 5 * time.Minute
 // Only time with an exec running counts: between execs the host is at
 // work (reading a store, placing a tree), not waiting on the sandbox.
 //
-// Limitations: any byte is progress, so a sandbox that sends one byte
-// per timeout keeps a transfer alive (the caller's ctx is the bound on the
-// whole); and time the host itself spends while an exec runs (placing a
+// Progress is minIdleRate×timeout bytes (at least one) since the last
+// progress, or an exec starting or ending: a sandbox that sends a byte a
+// second does not keep a transfer alive for ever.
+//
+// Limitations: time the host itself spends while an exec runs (placing a
 // large tree after its stream, agent mode's one exec lasting the whole
 // transfer) counts as idle, which is why the default is minutes.
 type idleWatch struct {
 	op      string
 	timeout time.Duration
 	base    time.Time
-	last    atomic.Int64 // time.Since(base) at the last byte, in ns
+	last    atomic.Int64 // time.Since(base) at the last progress, in ns
+	pending atomic.Int64 // bytes moved since then
+	floor   int64        // bytes that are progress
 	running atomic.Int32 // execs in flight
 	cancel  context.CancelCauseFunc
 	stopc   chan struct{}
@@ -62,6 +73,7 @@ func (s Sandbox) watchIdle(ctx context.Context, op string) (context.Context, San
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	w := &idleWatch{op: op, timeout: timeout, base: time.Now(), cancel: cancel,
+		floor: max(1, int64(timeout.Seconds()*minIdleRate)),
 		stopc: make(chan struct{}), done: make(chan struct{})}
 	s.X = idleExecer{x: s.X, w: w}
 	go w.run(ctx, s.Name)
@@ -85,7 +97,7 @@ func (w *idleWatch) run(ctx context.Context, sandbox string) {
 			idle = 0
 		}
 		if idle >= w.timeout {
-			w.cause = fmt.Errorf("%w: nothing moved to or from sandbox %s for %v", ErrIdle, sandbox, w.timeout)
+			w.cause = fmt.Errorf("%w: next to nothing moved to or from sandbox %s for %v", ErrIdle, sandbox, w.timeout)
 			w.cancel(w.cause)
 			return
 		}
@@ -94,7 +106,17 @@ func (w *idleWatch) run(ctx context.Context, sandbox string) {
 }
 
 // touch records progress.
-func (w *idleWatch) touch() { w.last.Store(int64(time.Since(w.base))) }
+func (w *idleWatch) touch() {
+	w.pending.Store(0)
+	w.last.Store(int64(time.Since(w.base)))
+}
+
+// moved counts n bytes, which are progress once they add up to the floor.
+func (w *idleWatch) moved(n int) {
+	if w.pending.Add(int64(n)) >= w.floor {
+		w.touch()
+	}
+}
 
 // end stops the watch and returns err, or the idle error when the
 // watchdog ended the transfer: whatever the cancellation made of the
@@ -148,7 +170,7 @@ type progressReader struct {
 func (p progressReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
 	if n > 0 {
-		p.w.touch()
+		p.w.moved(n)
 	}
 	return n, err
 }
@@ -162,7 +184,7 @@ type progressWriter struct {
 
 func (p progressWriter) Write(b []byte) (int, error) {
 	if len(b) > 0 {
-		p.iw.touch()
+		p.iw.moved(len(b))
 	}
 	if p.w == nil {
 		return len(b), nil
