@@ -31,6 +31,13 @@ type Sandbox struct {
 	// Agents are the agent builds to install; without them ModeAuto is
 	// POSIX mode.
 	Agents agent.Bundle
+	// IdleTimeout ends an Upload, Download or Pull through which no byte
+	// has moved on the exec channel, in either direction, for this long,
+	// with ErrIdle: a sandbox that sends nothing, or stops reading, cannot
+	// hold one forever. A slow but steady stream is progress. Zero is
+	// DefaultIdleTimeout; negative turns it off. Commands (Run's, exec's)
+	// are not subject to it: they may be silent for long.
+	IdleTimeout time.Duration
 	// Logger receives what ferry decides (the mode, an install); nil
 	// discards it.
 	Logger *slog.Logger
@@ -67,11 +74,13 @@ func contents(p string) bool {
 // dst/basename, a directory to a missing path creates it with the
 // directory's contents, "src/." copies the contents, a file to a missing
 // path is a rename, and several sources need an existing directory.
-func Upload(ctx context.Context, sb Sandbox, srcs []string, dst string) (CopyStats, error) {
+func Upload(ctx context.Context, sb Sandbox, srcs []string, dst string) (_ CopyStats, err error) {
 	start := time.Now()
 	if len(srcs) == 0 {
 		return CopyStats{}, errors.New("upload: no sources")
 	}
+	ctx, sb, idle := sb.watchIdle(ctx, fmt.Sprintf("upload to %s:%s", sb.Name, dst))
+	defer func() { err = idle.end(err) }()
 	r, err := sb.open(ctx)
 	if err != nil {
 		return CopyStats{}, err
@@ -195,12 +204,15 @@ func countEntries(src, name string) (int64, error) {
 
 // Download copies sources in the sandbox to the local dst with the same
 // semantics as Upload. Nothing is placed until the whole stream has been
-// checked.
-func Download(ctx context.Context, sb Sandbox, srcs []string, dst string, limits transfer.Limits) (CopyStats, error) {
+// checked, and only the sources asked for are placed: a stream that
+// carries anything else is refused (transfer.ErrUnrequested).
+func Download(ctx context.Context, sb Sandbox, srcs []string, dst string, limits transfer.Limits) (_ CopyStats, err error) {
 	start := time.Now()
 	if len(srcs) == 0 {
 		return CopyStats{}, errors.New("download: no sources")
 	}
+	ctx, sb, idle := sb.watchIdle(ctx, fmt.Sprintf("download %s:%s", sb.Name, strings.Join(srcs, ",")))
+	defer func() { err = idle.end(err) }()
 	r, err := sb.open(ctx)
 	if err != nil {
 		return CopyStats{}, err
@@ -294,7 +306,7 @@ func downloadInto(ctx context.Context, r posix.Remote, dir string, names []strin
 		}
 		return *d
 	}
-	st, err := transfer.Extract(ctx, pr, local, transfer.ExtractOptions{Limits: limits, Place: place, OnStale: onStale, Verify: func(st transfer.Stats) error {
+	st, err := transfer.Extract(ctx, pr, local, transfer.ExtractOptions{Limits: limits, Place: place, Names: names, OnStale: onStale, Verify: func(st transfer.Stats) error {
 		// tar pads its output to a whole record after the end of the
 		// archive; take that, but not an endless stream.
 		if n, err := io.Copy(io.Discard, io.LimitReader(pr, maxTrailer+1)); err != nil {

@@ -3,12 +3,19 @@ package ferry_test
 import (
 	"archive/tar"
 	"bytes"
+	"context"
+	"crypto/rand"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferry-dev/ferry"
+	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/transfer"
 )
 
@@ -24,6 +31,7 @@ var refused = []string{
 	"hardlink-to-symlink", "chardev", "blockdev", "fifo", "unknown-type", "gnu-dumpdir",
 	"long-name", "long-linkname", "huge-pax", "pax-chain", "huge-gnu-longname", "huge-file",
 	"truncated", "truncated-header", "truncated-pax", "no-eoa", "one-zero-block", "bad-checksum",
+	"sparse-gnu", "sparse-pax-0.0", "sparse-pax-0.1", "sparse-pax-1.0",
 }
 
 // TestHostileSandboxTar replaces the sandbox's tar, through its login
@@ -98,5 +106,265 @@ func TestShortTarIsCaught(t *testing.T) {
 	}
 	if _, err := os.Lstat(dst); !os.IsNotExist(err) {
 		t.Fatalf("a short archive was placed at %s (%v)", dst, err)
+	}
+}
+
+// plantTar makes the sandbox's login shell find script as tar, for all
+// but `tar --version` (download.sh asks which tar it has).
+func plantTar(t *testing.T, e env, script string) {
+	t.Helper()
+	write(t, e.root, map[string]string{"bin/": ""})
+	if err := os.WriteFile(filepath.Join(e.root, ".profile"), []byte("export PATH=\"$HOME/bin:$PATH\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.root, "bin", "tar"), []byte("#!/bin/sh\n[ \"$1\" = --version ] && exit 0\n"+script+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHostileSandboxTarRefusals: a hostile tar's archives that must fail
+// a download with a given sentinel, naming the entry, through the real
+// path, with the host directory as it was.
+func TestHostileSandboxTarRefusals(t *testing.T) {
+	e := newEnv(t, ferry.ModePOSIX)
+	write(t, e.root, map[string]string{"x/file": "real", "payload/x": "x\n"})
+	for _, tc := range []struct {
+		archive string
+		src     string
+		into    bool // download into an existing directory, not to a new path
+		want    error
+		entry   string
+	}{
+		// `ferry cp box:payload ~/`: the stream carries a .bashrc too.
+		{archive: "unrequested-top-level", src: "payload", into: true, want: transfer.ErrUnrequested, entry: ".bashrc"},
+		{archive: "unrequested-root", src: "payload", into: true, want: transfer.ErrUnrequested, entry: "./"},
+		// 2 GiB of zeros from a few KiB on the wire.
+		{archive: "sparse-gnu", src: "x", want: transfer.ErrUnsupported, entry: "sparse"},
+		{archive: "sparse-pax-0.0", src: "x", want: transfer.ErrUnsupported, entry: "sparse"},
+		{archive: "sparse-pax-0.1", src: "x", want: transfer.ErrUnsupported, entry: "sparse"},
+		{archive: "sparse-pax-1.0", src: "x", want: transfer.ErrUnsupported, entry: "sparse"},
+		{archive: "sparse-pax-1.0", src: "x", into: true, want: transfer.ErrUnrequested, entry: "existing"},
+	} {
+		t.Run(fmt.Sprintf("%s/into=%v", tc.archive, tc.into), func(t *testing.T) {
+			archive, err := filepath.Abs(filepath.Join("testdata", "archives", tc.archive+".tar"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			plantTar(t, e, "exec cat '"+archive+"'")
+			parent := t.TempDir()
+			home := filepath.Join(parent, "home")
+			write(t, parent, map[string]string{"home/.bashrc": "mine\n", "home/payload/keep": "keep\n", "outside/victim": "victim"})
+			before := tree(t, parent)
+			dst := filepath.Join(parent, "new")
+			if tc.into {
+				dst = home
+			}
+			_, err = ferry.Download(ctx(t), e.sb, []string{tc.src}, dst, transfer.Limits{})
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			var ee *transfer.EntryError
+			if !errors.As(err, &ee) || ee.Entry != tc.entry {
+				t.Fatalf("err = %v, want a transfer.EntryError naming %q", err, tc.entry)
+			}
+			sameTree(t, tree(t, parent), before)
+		})
+	}
+}
+
+// TestIdleSandboxTar: a sandbox tar that sends one byte and then nothing,
+// or nothing at all, or a byte at a time, or does not read what is uploaded, ends the copy
+// with ErrIdle soon after the timeout; one that sends a whole archive
+// slowly but steadily, with pauses shorter than the timeout, is fine.
+func TestIdleSandboxTar(t *testing.T) {
+	e := newEnv(t, ferry.ModePOSIX)
+	write(t, e.root, map[string]string{"x/file": "real", "rascal-meta/meta.json": "{}"})
+	const timeout = 500 * time.Millisecond
+	sb := e.sb
+	sb.IdleTimeout = timeout
+	local := t.TempDir()
+	write(t, local, map[string]string{"up/f": "f"})
+	for _, tc := range []struct {
+		name, tar string
+		op        string // "download", "upload", "pull"
+	}{
+		{name: "dribble then silence", tar: "printf x; exec sleep 20", op: "download"},
+		{name: "silence", tar: "exec sleep 20", op: "download"},
+		// A byte every 100ms: 5 bytes a timeout, under minIdleRate's 32.
+		{name: "dribble", tar: `i=0; while [ "$i" -lt 200 ]; do printf x; sleep 0.1; i=$((i+1)); done`, op: "download"},
+		{name: "upload not read", tar: "exec sleep 20", op: "upload"},
+		{name: "pull silence", tar: "printf x; exec sleep 20", op: "pull"},
+		// A run's inputs are a transfer too; its command is not.
+		{name: "run inputs not read", tar: "exec sleep 20", op: "run"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plantTar(t, e, tc.tar)
+			dst := filepath.Join(t.TempDir(), "got")
+			start := time.Now()
+			var err error
+			switch tc.op {
+			case "upload":
+				_, err = ferry.Upload(ctx(t), sb, []string{filepath.Join(local, "up")}, "up")
+			case "pull":
+				_, err = ferry.Pull(ctx(t), sb, "", dst, transfer.Limits{})
+			case "run":
+				_, err = ferry.Run(ctx(t), sb, ferry.RunSpec{Argv: []string{"true"}, Out: t.TempDir(),
+					Inputs: []ferry.Mapping{{Local: filepath.Join(local, "up"), Remote: "up"}}})
+			default:
+				_, err = ferry.Download(ctx(t), sb, []string{"x"}, dst, transfer.Limits{})
+			}
+			took := time.Since(start)
+			if !errors.Is(err, ferry.ErrIdle) {
+				t.Fatalf("err = %v, want ErrIdle", err)
+			}
+			if !strings.Contains(err.Error(), "box") || !strings.Contains(err.Error(), timeout.String()) {
+				t.Errorf("error %q does not name the sandbox and the timeout", err)
+			}
+			if took < timeout || took > 10*time.Second {
+				t.Errorf("took %v with an idle timeout of %v", took, timeout)
+			}
+			if tc.op == "pull" {
+				if got := tree(t, dst); len(got) != 0 {
+					t.Errorf("the pull placed %v", got)
+				}
+			} else if _, err := os.Lstat(dst); !os.IsNotExist(err) {
+				t.Errorf("something was placed at %s (%v)", dst, err)
+			}
+			t.Logf("%v after %v", err, took)
+		})
+	}
+	t.Run("slow but steady", func(t *testing.T) {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		// What `tar -C x -c .` sends, with a comment to make it long.
+		tw.WriteHeader(&tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755})
+		tw.WriteHeader(&tar.Header{Name: "./file", Typeflag: tar.TypeReg, Mode: 0o644, Size: 4,
+			PAXRecords: map[string]string{"comment": strings.Repeat("c", 1500)}})
+		tw.Write([]byte("real"))
+		tw.Close()
+		archive := filepath.Join(t.TempDir(), "slow.tar")
+		if err := os.WriteFile(archive, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// 512 bytes every 200ms: 1s for the whole, twice the timeout.
+		plantTar(t, e, fmt.Sprintf(`n=$(wc -c <'%s'); i=0; while [ "$i" -lt "$n" ]; do tail -c +$((i+1)) '%s' | head -c 512; i=$((i+512)); sleep 0.2; done`, archive, archive))
+		dst := filepath.Join(t.TempDir(), "got")
+		start := time.Now()
+		if _, err := ferry.Download(ctx(t), sb, []string{"x"}, dst, transfer.Limits{}); err != nil {
+			t.Fatalf("a steady stream failed: %v", err)
+		}
+		if took := time.Since(start); took < 2*timeout {
+			t.Errorf("took %v: the stream was not slow", took)
+		}
+		sameTree(t, tree(t, dst), map[string]string{"file": "real"})
+	})
+}
+
+// TestIdleNotForCommands: a run's command may be silent for longer than
+// the idle timeout; only its transfers are watched.
+func TestIdleNotForCommands(t *testing.T) {
+	e := newEnv(t, ferry.ModePOSIX)
+	write(t, e.root, map[string]string{"rascal-meta/meta.json": "{}"})
+	sb := e.sb
+	sb.IdleTimeout = 300 * time.Millisecond
+	res, err := ferry.Run(ctx(t), sb, ferry.RunSpec{Argv: []string{"sleep", "1"}, Out: t.TempDir()})
+	if err != nil || res.ExitCode != 0 || res.PullErr != nil {
+		t.Fatalf("a silent command: %+v, %v", res, err)
+	}
+}
+
+// stallX is a relay on which the agent's exec stops moving, after a
+// number of bytes, in one direction: stdout (the sandbox stops sending) or
+// stdin (it stops reading). The stalled call returns once the exec's own
+// context ends.
+type stallX struct {
+	x     relay.Execer
+	after int64
+	stdin bool
+}
+
+func (s stallX) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
+	if a := cmd.Argv; a[len(a)-1] != "serve" {
+		return s.x.Exec(ctx, cmd)
+	}
+	c := *cmd
+	if s.stdin {
+		c.Stdin = &stallReader{r: cmd.Stdin, ctx: ctx, left: s.after}
+	} else {
+		c.Stdout = &stallWriter{w: cmd.Stdout, ctx: ctx, left: s.after}
+	}
+	return s.x.Exec(ctx, &c)
+}
+
+type stallWriter struct {
+	w    io.Writer
+	ctx  context.Context
+	left int64
+}
+
+func (s *stallWriter) Write(p []byte) (int, error) {
+	if s.left <= 0 {
+		<-s.ctx.Done()
+		return 0, s.ctx.Err()
+	}
+	s.left -= int64(len(p))
+	return s.w.Write(p)
+}
+
+type stallReader struct {
+	r    io.Reader
+	ctx  context.Context
+	left int64
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	if s.left <= 0 {
+		<-s.ctx.Done()
+		return 0, s.ctx.Err()
+	}
+	n, err := s.r.Read(p[:min(int64(len(p)), s.left)])
+	s.left -= int64(n)
+	return n, err
+}
+
+// TestIdleAgentMode: in agent mode, an agent whose exec stops sending, or
+// stops reading, mid-transfer ends the Get or Put with ErrIdle.
+func TestIdleAgentMode(t *testing.T) {
+	e := newEnv(t, ferry.ModeAgent)
+	big := make([]byte, 4<<20)
+	rand.Read(big)
+	write(t, e.root, map[string]string{"big": string(big)})
+	local := t.TempDir()
+	write(t, local, map[string]string{"up/big": string(big)})
+	const timeout = 500 * time.Millisecond
+	for _, upload := range []bool{false, true} {
+		t.Run(fmt.Sprintf("upload=%v", upload), func(t *testing.T) {
+			sb := e.sb
+			sb.IdleTimeout = timeout
+			sb.X = stallX{x: e.sb.X, after: 256 << 10, stdin: upload}
+			dst := filepath.Join(t.TempDir(), "got")
+			start := time.Now()
+			var err error
+			if upload {
+				_, err = ferry.Upload(ctx(t), sb, []string{filepath.Join(local, "up")}, "up")
+			} else {
+				_, err = ferry.Download(ctx(t), sb, []string{"big"}, dst, transfer.Limits{})
+			}
+			took := time.Since(start)
+			if !errors.Is(err, ferry.ErrIdle) {
+				t.Fatalf("err = %v, want ErrIdle", err)
+			}
+			// The agent's exec gets its own grace to end.
+			if took < timeout || took > 20*time.Second {
+				t.Errorf("took %v with an idle timeout of %v", took, timeout)
+			}
+			if _, err := os.Lstat(dst); !os.IsNotExist(err) {
+				t.Errorf("something was placed at %s (%v)", dst, err)
+			}
+			if _, err := os.Lstat(filepath.Join(e.root, "up")); !os.IsNotExist(err) {
+				t.Errorf("the stalled upload placed up (%v)", err)
+			}
+			t.Logf("%v after %v", err, took)
+		})
 	}
 }

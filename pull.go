@@ -50,12 +50,14 @@ type PullResult struct {
 // each file replaced atomically (rename), after the whole stream has been
 // checked. Absent optional files are listed in Missing; an absent
 // meta.json is ErrNoMeta, with everything else still saved.
-func Pull(ctx context.Context, sb Sandbox, metaDir, out string, limits transfer.Limits) (PullResult, error) {
+func Pull(ctx context.Context, sb Sandbox, metaDir, out string, limits transfer.Limits) (_ PullResult, err error) {
 	start := time.Now()
 	res := PullResult{}
 	if metaDir == "" {
 		metaDir = DefaultMetaDir
 	}
+	ctx, sb, idle := sb.watchIdle(ctx, fmt.Sprintf("pull from %s:%s", sb.Name, metaDir))
+	defer func() { err = idle.end(err) }()
 	r, err := sb.open(ctx)
 	if err != nil {
 		return res, err

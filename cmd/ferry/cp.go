@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -26,7 +27,8 @@ func remotePath(arg string) (sandbox, p string, ok bool) {
 }
 
 func newCpCmd(g *globals, s streams) *cobra.Command {
-	return &cobra.Command{
+	var idle time.Duration
+	cmd := &cobra.Command{
 		Use:   "cp SRC... DST",
 		Short: "Copy files into or out of a sandbox (one side is SANDBOX:PATH)",
 		Long: `Copy files between this machine and a sandbox; exactly one side is
@@ -42,7 +44,8 @@ workspace root. The semantics are cp -r's and docker cp's:
 Symlinks are copied as links, modes and mtimes are kept, owners are not.
 What comes out of a sandbox is checked entry by entry and placed only after
 the whole stream has been checked. A missing source, or a copy that moved
-nothing, exits 1.`,
+nothing, exits 1. A copy through which nothing has moved, either way, for
+--idle-timeout fails.`,
 		Example: `  ferry cp ./src box:work/src
   ferry cp box:rascal-meta/meta.json .
   ferry cp ./a.txt ./b.txt box:inbox/`,
@@ -70,6 +73,10 @@ nothing, exits 1.`,
 					rsrcs = append(rsrcs, p)
 				}
 			}
+			idleTimeout, err := idleTimeout(idle)
+			if err != nil {
+				return err
+			}
 			x, closeFn, err := g.execer()
 			if err != nil {
 				return err
@@ -87,12 +94,14 @@ nothing, exits 1.`,
 				if serr != nil {
 					return serr
 				}
+				sb.IdleTimeout = idleTimeout
 				st, err = ferry.Upload(cmd.Context(), sb, srcs, dpath)
 			} else {
 				sb, serr := g.sandbox(x, sbox)
 				if serr != nil {
 					return serr
 				}
+				sb.IdleTimeout = idleTimeout
 				st, err = ferry.Download(cmd.Context(), sb, rsrcs, dst, transfer.Limits{})
 			}
 			prog.Close()
@@ -108,6 +117,25 @@ nothing, exits 1.`,
 			return nil
 		},
 	}
+	addIdleFlag(cmd, &idle)
+	return cmd
+}
+
+// addIdleFlag adds --idle-timeout to a transfer command.
+func addIdleFlag(cmd *cobra.Command, d *time.Duration) {
+	cmd.Flags().DurationVar(d, "idle-timeout", ferry.DefaultIdleTimeout, "fail when nothing has moved to or from the sandbox for `DUR` (0: never)")
+}
+
+// idleTimeout is the Sandbox.IdleTimeout for --idle-timeout d, where 0
+// means never.
+func idleTimeout(d time.Duration) (time.Duration, error) {
+	switch {
+	case d < 0:
+		return 0, usagef("--idle-timeout %v: want a positive duration, or 0 for none", d)
+	case d == 0:
+		return -1, nil
+	}
+	return d, nil
 }
 
 func humanBytes(n int64) string {

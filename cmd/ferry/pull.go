@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +23,7 @@ const exitNoMeta = 3
 func newPullCmd(g *globals, s streams) *cobra.Command {
 	var out, metaDir string
 	var followLive, audit bool
+	var idle time.Duration
 	cmd := &cobra.Command{
 		Use:   "pull SANDBOX [--out DIR] [--follow] [--audit]",
 		Short: "Fetch a run's artifacts (meta.json, agent.ndjson, ...) from a sandbox",
@@ -43,7 +45,10 @@ record: time, level, source, message, then key=value fields. The embedded
 gateway logs each exec's argv, workdir, environment keys, exit code and
 byte counts; never stdin or environment values, which is where ferry keeps
 secrets. The log is written after the artifacts (so it lists the pull's
-own execs), before any --follow; it needs a gateway, not --ssh.`,
+own execs), before any --follow; it needs a gateway, not --ssh.
+
+A pull through which nothing has moved, either way, for --idle-timeout
+fails; --follow, which waits for the run, is not subject to it.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if audit && g.ssh != "" {
@@ -51,6 +56,10 @@ own execs), before any --follow; it needs a gateway, not --ssh.`,
 			}
 			if out == "" {
 				out = args[0]
+			}
+			idleTimeout, err := idleTimeout(idle)
+			if err != nil {
+				return err
 			}
 			x, closeFn, err := g.execer()
 			if err != nil {
@@ -61,6 +70,7 @@ own execs), before any --follow; it needs a gateway, not --ssh.`,
 			if err != nil {
 				return err
 			}
+			sb.IdleTimeout = idleTimeout
 			res, err := ferry.Pull(cmd.Context(), sb, metaDir, out, transfer.Limits{})
 			noMeta := errors.Is(err, ferry.ErrNoMeta)
 			if err != nil && !noMeta {
@@ -114,6 +124,7 @@ own execs), before any --follow; it needs a gateway, not --ssh.`,
 	cmd.Flags().StringVar(&metaDir, "meta-dir", ferry.DefaultMetaDir, "the sandbox directory holding the artifacts")
 	cmd.Flags().BoolVarP(&followLive, "follow", "f", false, "then follow agent.ndjson and runner.log as they grow, printing new agent.ndjson lines")
 	cmd.Flags().BoolVar(&audit, "audit", false, "also write the gateway's log of the sandbox to DIR/"+ferry.AuditFile)
+	addIdleFlag(cmd, &idle)
 	return cmd
 }
 

@@ -115,7 +115,8 @@ type GetSpec struct {
 
 // Get fetches Names from Dir in the sandbox and places them at Local. The
 // host trusts nothing the agent sends: transfer.Extract refuses unsafe
-// entries and enforces spec.Limits, the frame stream's ratio and its own
+// entries and any outside spec.Names (transfer.ErrUnrequested), and
+// enforces spec.Limits, the frame stream's ratio and its own
 // trailer are checked, and nothing is placed unless the agent's trailer
 // (entry and byte counts, every file's size and digest) matches what
 // arrived and at least one entry arrived for each name other than ".".
@@ -179,6 +180,7 @@ func (c *Client) Get(ctx context.Context, spec GetSpec) (Result, error) {
 	st, err := transfer.Extract(ctx, tr.fr, spec.Local, transfer.ExtractOptions{
 		Limits:  spec.Limits,
 		Place:   spec.Place,
+		Names:   spec.Names,
 		OnFile:  tr.onFile,
 		Verify:  tr.verify,
 		OnStale: func(n int, _ error) { stale = n },

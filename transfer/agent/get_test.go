@@ -265,10 +265,18 @@ func TestGetHostileAgent(t *testing.T) {
 		{name: "frame cut, no trailer", send: getMsgs(goodFr[:len(goodFr)/2], nil, nil), sentinel: transfer.ErrTruncated},
 		{name: "frame trailer corrupt", send: getMsgs(corrupt, goodTr, nil), sentinel: transfer.ErrDigest},
 		{name: "not a frame stream", send: getMsgs(good, goodTr, nil), sentinel: frame.ErrCorrupt},
-		{name: "nothing where a name was asked", send: getMsgs(fr(empty), emptyTr, nil), sentinel: transfer.ErrShort},
+		{name: "nothing where a name was asked", names: []string{"x"}, send: getMsgs(fr(empty), emptyTr, nil), sentinel: transfer.ErrShort},
 		{name: "over the ratio", send: getMsgs(framed(t, bomb, frame.WriterOptions{Compress: frame.Zstd, MaxRatio: 1 << 20}), bombTr, nil), sentinel: frame.ErrLimit},
 		{name: "over a limit", limits: transfer.Limits{MaxTotalBytes: 6}, send: getMsgs(goodFr, goodTr, nil), sentinel: transfer.ErrLimit, entry: "b"},
 		{name: "empty data message", send: getMsgs(nil, nil, []byte{}), sentinel: transfer.ErrDigest},
+		// An honest agent sends only what was asked for, and never a
+		// sparse file, which would become 2 GiB of zeros on the host.
+		{name: "unrequested name", names: []string{"d"}, send: getMsgs(goodFr, goodTr, nil), sentinel: transfer.ErrUnrequested, entry: "b"},
+		{name: "unrequested name beside a file", names: []string{"d/a"}, send: getMsgs(goodFr, goodTr, nil), sentinel: transfer.ErrUnrequested, entry: "d/"},
+		{name: "gnu sparse", send: getMsgs(fr(fixture(t, "sparse-gnu")), emptyTr, nil), sentinel: transfer.ErrUnsupported, entry: "sparse"},
+		{name: "pax sparse 0.0", send: getMsgs(fr(fixture(t, "sparse-pax-0.0")), emptyTr, nil), sentinel: transfer.ErrUnsupported, entry: "sparse"},
+		{name: "pax sparse 0.1", send: getMsgs(fr(fixture(t, "sparse-pax-0.1")), emptyTr, nil), sentinel: transfer.ErrUnsupported, entry: "sparse"},
+		{name: "pax sparse 1.0", send: getMsgs(fr(fixture(t, "sparse-pax-1.0")), emptyTr, nil), sentinel: transfer.ErrUnsupported, entry: "sparse"},
 		{name: "refusal with a reason", send: func(agentv1.Agent_GetServer) error {
 			return statusErr(codes.InvalidArgument, "LINK_ESCAPE", "evil", "get: symlink \"evil\" escapes")
 		}, sentinel: transfer.ErrUnsafePath, entry: "evil"},
@@ -283,7 +291,7 @@ func TestGetHostileAgent(t *testing.T) {
 			parent := t.TempDir()
 			names := tc.names
 			if names == nil {
-				names = []string{"x"}
+				names = []string{"."}
 			}
 			_, err := c.Get(context.Background(), agent.GetSpec{Dir: "d", Names: names, Local: filepath.Join(parent, "out"), Limits: tc.limits})
 			t.Log(err)
@@ -296,7 +304,7 @@ func TestGetHostileAgent(t *testing.T) {
 	t.Run("honest", func(t *testing.T) {
 		c := fakeAgent(t, &getFake{send: getMsgs(goodFr, goodTr, nil)})
 		local := filepath.Join(t.TempDir(), "out")
-		res, err := c.Get(context.Background(), agent.GetSpec{Dir: "d", Names: []string{"x"}, Local: local})
+		res, err := c.Get(context.Background(), agent.GetSpec{Dir: "d", Names: []string{"d", "b"}, Local: local})
 		if err != nil || res.Files != 2 || res.Dirs != 1 || res.Bytes != 9 {
 			t.Fatalf("%+v, %v", res, err)
 		}
@@ -324,4 +332,15 @@ func TestGetCancel(t *testing.T) {
 	if got := listDir(t, parent); got != nil {
 		t.Errorf("local side holds %q", got)
 	}
+}
+
+// fixture is one of the hostile archives of ../../testdata/archives
+// (transfer's fixtures_test.go makes them).
+func fixture(t *testing.T, name string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "archives", name+".tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

@@ -15,6 +15,11 @@ const (
 	stderrTail = 4 << 10
 	// maxLine bounds one line held while looking for a control line.
 	maxLine = 16 << 10
+	// maxKeys bounds the control messages kept by key (the scripts use
+	// five): a sandbox that learns the tag (it is an argument of the
+	// script its tar runs under) must not grow the map without end. A
+	// line with a new key past it is kept as text.
+	maxKeys = 16
 )
 
 // newTag returns a fresh random tag: control lines start with it, and a
@@ -79,8 +84,10 @@ func (c *control) endLine() {
 	c.line = c.line[:0]
 	if body, ok := bytes.CutPrefix(line, c.prefix); ok {
 		key, val, _ := strings.Cut(strings.TrimRight(string(body), "\r\n"), " ")
-		c.msgs[key] = val
-		return
+		if _, known := c.msgs[key]; known || len(c.msgs) < maxKeys {
+			c.msgs[key] = val
+			return
+		}
 	}
 	c.keep(line)
 }

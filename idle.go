@@ -1,0 +1,193 @@
+package ferry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferry-dev/ferry/relay"
+)
+
+// ErrIdle means a transfer was ended because next to nothing moved on its
+// exec channel, in either direction, for Sandbox.IdleTimeout: fewer bytes
+// than minIdleRate a second, so a sandbox that dribbles a byte at a time
+// is idle too. The error names the sandbox and the timeout.
+var ErrIdle = errors.New("ferry: transfer idle")
+
+// DefaultIdleTimeout is what a zero Sandbox.IdleTimeout means.
+const DefaultIdleTimeout = 5 * time.Minute
+
+// minIdleRate is the slowest a transfer may move, in bytes a second over
+// one timeout, and still be making progress: far below any link a user
+// has (a 5-minute timeout asks for 19 KiB in 5 minutes), and far above a
+// sandbox that holds a transfer open with a byte now and then.
+const minIdleRate = 64
+
+// idleWatch ends one transfer that stops moving: it counts the bytes on
+// the exec channel of every exec the transfer makes (both modes pass
+// through Sandbox.X: POSIX mode's execs, agent mode's one long exec and
+// its install) and cancels the transfer's context, with an ErrIdle cause,
+// once none has moved for the timeout.
+//
+// Only time with an exec running counts: between execs the host is at
+// work (reading a store, placing a tree), not waiting on the sandbox.
+//
+// Progress is minIdleRate×timeout bytes (at least one) since the last
+// progress, or an exec starting or ending: a sandbox that sends a byte a
+// second does not keep a transfer alive for ever.
+//
+// Limitations: time the host itself spends while an exec runs (placing a
+// large tree after its stream, agent mode's one exec lasting the whole
+// transfer) counts as idle, which is why the default is minutes.
+type idleWatch struct {
+	op      string
+	timeout time.Duration
+	base    time.Time
+	last    atomic.Int64 // time.Since(base) at the last progress, in ns
+	pending atomic.Int64 // bytes moved since then
+	floor   int64        // bytes that are progress
+	running atomic.Int32 // execs in flight
+	cancel  context.CancelCauseFunc
+	stopc   chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	cause   error // set by the watchdog before it cancels; read after done
+}
+
+// watchIdle starts the idle watch of one transfer, op naming it for the
+// error ("download box:src"). The transfer runs with the returned ctx and
+// Sandbox, and ends with w.end, which stops the watchdog (its goroutine
+// has returned when end does) and turns the error of a transfer that the
+// watchdog cancelled into the ErrIdle one.
+func (s Sandbox) watchIdle(ctx context.Context, op string) (context.Context, Sandbox, *idleWatch) {
+	timeout := s.IdleTimeout
+	if timeout == 0 {
+		timeout = DefaultIdleTimeout
+	}
+	if timeout < 0 {
+		return ctx, s, nil
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	w := &idleWatch{op: op, timeout: timeout, base: time.Now(), cancel: cancel,
+		floor: max(1, int64(timeout.Seconds()*minIdleRate)),
+		stopc: make(chan struct{}), done: make(chan struct{})}
+	s.X = idleExecer{x: s.X, w: w}
+	go w.run(ctx, s.Name)
+	return ctx, s, w
+}
+
+func (w *idleWatch) run(ctx context.Context, sandbox string) {
+	defer close(w.done)
+	t := time.NewTimer(w.timeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stopc:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		idle := time.Since(w.base) - time.Duration(w.last.Load())
+		if w.running.Load() == 0 {
+			idle = 0
+		}
+		if idle >= w.timeout {
+			w.cause = fmt.Errorf("%w: next to nothing moved to or from sandbox %s for %v", ErrIdle, sandbox, w.timeout)
+			w.cancel(w.cause)
+			return
+		}
+		t.Reset(w.timeout - idle)
+	}
+}
+
+// touch records progress.
+func (w *idleWatch) touch() {
+	w.pending.Store(0)
+	w.last.Store(int64(time.Since(w.base)))
+}
+
+// moved counts n bytes, which are progress once they add up to the floor.
+func (w *idleWatch) moved(n int) {
+	if w.pending.Add(int64(n)) >= w.floor {
+		w.touch()
+	}
+}
+
+// end stops the watch and returns err, or the idle error when the
+// watchdog ended the transfer: whatever the cancellation made of the
+// transfer's error (a context error, a closed pipe), the cause is that.
+func (w *idleWatch) end(err error) error {
+	if w == nil {
+		return err
+	}
+	w.once.Do(func() {
+		close(w.stopc)
+		<-w.done
+		w.cancel(nil)
+	})
+	if w.cause != nil && err != nil {
+		return fmt.Errorf("%s: %w", w.op, w.cause)
+	}
+	return err
+}
+
+// idleExecer counts what moves through each exec for an idleWatch.
+type idleExecer struct {
+	x relay.Execer
+	w *idleWatch
+}
+
+func (e idleExecer) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
+	c := *cmd
+	if c.Stdin != nil {
+		c.Stdin = progressReader{r: c.Stdin, w: e.w}
+	}
+	c.Stdout = progressWriter{w: c.Stdout, iw: e.w}
+	c.Stderr = progressWriter{w: c.Stderr, iw: e.w}
+	// An exec starting or ending is progress: idle time is counted
+	// from the last byte or the start of an exec, whichever is later.
+	e.w.touch()
+	e.w.running.Add(1)
+	defer func() {
+		e.w.touch()
+		e.w.running.Add(-1)
+	}()
+	return e.x.Exec(ctx, &c)
+}
+
+// progressReader is an exec's stdin: the relay reads it only as fast as it
+// forwards it, so a read is a byte moved.
+type progressReader struct {
+	r io.Reader
+	w *idleWatch
+}
+
+func (p progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.w.moved(n)
+	}
+	return n, err
+}
+
+// progressWriter is an exec's stdout or stderr; nil discards, as for
+// relay.Command.
+type progressWriter struct {
+	w  io.Writer
+	iw *idleWatch
+}
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	if len(b) > 0 {
+		p.iw.moved(len(b))
+	}
+	if p.w == nil {
+		return len(b), nil
+	}
+	return p.w.Write(b)
+}
