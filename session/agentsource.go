@@ -22,6 +22,9 @@ const (
 	maxFetchBytes = 64 << 20
 	maxFetchReads = 4096
 	maxFetchPaths = 16 << 20
+	// maxFetchRefs bounds the chunk references of the entries waiting
+	// for a call (40 bytes each).
+	maxFetchRefs = 1 << 20
 )
 
 // ErrAgent matches a save that failed because ferry's agent answered
@@ -39,8 +42,10 @@ var ErrAgent = errors.New("session: invalid answer from the agent")
 //
 // The agent is not trusted: every entry is checked (clean relative path,
 // in strictly ascending walk order, so no duplicates; known kind; chunks
-// contiguous from offset 0, each of 1 to MaxChunkSize bytes, adding up to
-// the size) before anything is fetched,
+// contiguous from offset 0, each of 1 to MaxChunkSize bytes and all but
+// the last of at least cdc.Default's Min, adding up to the size; a file
+// within the restore's size limit, see checkSaveLimits) before anything
+// is fetched,
 // and every fetched chunk must hash to its ID. Any violation fails the
 // save, which then commits nothing; the error matches ErrAgent, or
 // transfer.ErrDigest for a chunk's bytes.
@@ -189,13 +194,26 @@ func (a *AgentSource) entry(se *agentv1.ScanEntry, w *agentWalk) (Entry, []*agen
 			e.Chunks = o.Chunks
 			return e, nil, nil
 		}
+		if e.Size > transfer.DefaultLimits.MaxFileSize {
+			return Entry{}, nil, fmt.Errorf("%w: entry %q: file of %d bytes, a restore takes at most %d", transfer.ErrLimit, p, e.Size, transfer.DefaultLimits.MaxFileSize)
+		}
+		// cdc.Default cuts no chunk but the last under its Min: a list of
+		// smaller ones (a million one-byte references to one chunk) is a
+		// manifest bomb, refused before it is held twice.
+		if n := int64(len(se.GetChunks())); n > maxFileChunks(e.Size) {
+			return bad("%d chunks for %d bytes, at most %d", n, e.Size, maxFileChunks(e.Size))
+		}
 		var off int64
 		if len(se.GetChunks()) > 0 {
 			e.Chunks = make([]ChunkRef, len(se.GetChunks()))
 		}
+		last := len(se.GetChunks()) - 1
 		for i, c := range se.GetChunks() {
 			if c.GetOffset() != off || c.GetSize() < 1 || c.GetSize() > MaxChunkSize || len(c.GetId()) != len(ID{}) {
 				return bad("chunk %d: offset %d, size %d, id of %d bytes, want offset %d", i, c.GetOffset(), c.GetSize(), len(c.GetId()), off)
+			}
+			if i < last && c.GetSize() < int64(cdc.Default.Min) {
+				return bad("chunk %d of %d: %d bytes, under the chunker's minimum %d", i, last+1, c.GetSize(), cdc.Default.Min)
 			}
 			e.Chunks[i] = ChunkRef{ID: ID(c.GetId()), Size: c.GetSize()}
 			off += c.GetSize()
@@ -224,6 +242,7 @@ type fetcher struct {
 	paths   int
 	want    map[ID]bool // in cands
 	waiting []Entry
+	refs    int // chunk references of waiting
 }
 
 // candidate is one chunk of a batch, and whether the sink lacks it: lacks
@@ -269,6 +288,11 @@ func (f *fetcher) add(ctx context.Context, e Entry, chunks []*agentv1.ChunkInfo)
 	}
 	if wait {
 		f.waiting = append(f.waiting, e)
+		// Entries whose chunks are all in the batch already add nothing
+		// to it, but are held till its flush: bound them too.
+		if f.refs += len(e.Chunks); f.refs > maxFetchRefs {
+			return f.flush(ctx)
+		}
 		return nil
 	}
 	return f.sink.Add(e)
@@ -301,7 +325,8 @@ func (f *fetcher) flush(ctx context.Context) error {
 		}
 	}
 	clear(f.cands)
-	f.cands, f.bytes, f.paths, f.waiting = f.cands[:0], 0, 0, f.waiting[:0]
+	clear(f.waiting)
+	f.cands, f.bytes, f.paths, f.waiting, f.refs = f.cands[:0], 0, 0, f.waiting[:0], 0
 	clear(f.want)
 	return nil
 }

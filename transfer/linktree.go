@@ -15,6 +15,10 @@ package transfer
 // The zero value is ready to use. It holds the directories' and symlinks'
 // names, not the files'.
 type LinkTree struct {
+	// IsDir, if set, says which names are directories in place of those
+	// Dir records: for a caller that holds them already.
+	IsDir func(name string) bool
+
 	dirs  map[string]bool
 	links map[string]string
 	order []string
@@ -32,8 +36,8 @@ func (t *LinkTree) Dir(name string) {
 // Extract checks a symlink entry as it arrives; the error is an
 // *EntryError naming it, matching ErrLinkEscape or ErrLimit.
 func (t *LinkTree) Symlink(name, target string) error {
-	if err := checkLinkTarget(name, target, DefaultLimits.MaxPathLen); err != nil {
-		return &EntryError{Entry: name, Op: "symlink", Err: err}
+	if err := CheckLinkTarget(name, target); err != nil {
+		return err
 	}
 	if t.links == nil {
 		t.links = map[string]string{}
@@ -55,7 +59,7 @@ func (t *LinkTree) Check(maxDepth int) error {
 		if target, ok := t.links[p]; ok {
 			return nodeLink, target, nil
 		}
-		if t.dirs[p] {
+		if t.IsDir != nil && t.IsDir(p) || t.dirs[p] {
 			return nodeDir, "", nil
 		}
 		return nodeOther, "", nil
@@ -64,6 +68,16 @@ func (t *LinkTree) Check(maxDepth int) error {
 		if err := resolve(name, t.links[name], maxDepth, look); err != nil {
 			return &EntryError{Entry: name, Op: "symlink", Err: err}
 		}
+	}
+	return nil
+}
+
+// CheckLinkTarget is LinkTree.Symlink's check of one symlink on its own,
+// without recording it: for a caller that sees entries before the whole
+// tree and would refuse an escaping target at once.
+func CheckLinkTarget(name, target string) error {
+	if err := checkLinkTarget(name, target, DefaultLimits.MaxPathLen); err != nil {
+		return &EntryError{Entry: name, Op: "symlink", Err: err}
 	}
 	return nil
 }
