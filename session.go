@@ -48,9 +48,11 @@ type SessionSaveResult struct {
 // data and only chunks the store lacks cross the relay; files whose size
 // and mtime match the last snapshot are not read. POSIX mode downloads the
 // whole directory into a private temp directory on this host (0700,
-// removed afterwards) and chunks it here; the store still dedups. A
-// symlink in the directory that resolves outside it is refused in POSIX
-// mode, as by Download.
+// removed afterwards) and chunks it here; the store still dedups. Both
+// modes refuse what a restore would refuse, naming the entry: a symlink
+// that resolves outside the directory (transfer.ErrLinkEscape: by the
+// download's extractor in POSIX mode, by Store.Save in agent mode), a
+// tree over the restore's limits (transfer.ErrLimit).
 //
 // A save that returns no error committed its snapshot, even when the
 // channel failed after the commit: that failure is in the result's

@@ -22,6 +22,9 @@ const (
 	maxFetchBytes = 64 << 20
 	maxFetchReads = 4096
 	maxFetchPaths = 16 << 20
+	// maxFetchRefs bounds the chunk references of the entries waiting
+	// for a call (40 bytes each).
+	maxFetchRefs = 1 << 20
 )
 
 // ErrAgent matches a save that failed because ferry's agent answered
@@ -40,23 +43,26 @@ var ErrAgent = errors.New("session: invalid answer from the agent")
 // The agent is not trusted, ferry's own cached binary included: its
 // answers are as hostile as a crafted tar. Every entry is checked (clean
 // relative path, in strictly ascending walk order, so no duplicates; known
-// kind; chunks contiguous from offset 0, each of 1 to MaxChunkSize bytes,
-// adding up to the size) before anything is fetched, and every fetched
-// chunk must hash to its ID. A chunk ID from the agent is a claim, not a
-// proof: knowing another key's chunk ID must not be enough to read it. So
-// the host skips fetching only the chunks of the save's parent that the
-// store still holds (the key's own, restored into this sandbox; an
-// unchanged file takes the parent's chunk list) and those this save has
-// fetched already. Every other chunk is fetched from the agent, whether
-// or not the store holds it (one another key holds is then not written
-// again): the reads the agent sees depend on its answers and the key's
-// own parent only, never on what other keys stored, so a save is no
-// oracle of chunk existence either (see the package doc). That costs wire
-// bytes only for content new to the key that another key holds already.
+// kind; chunks contiguous from offset 0, each of 1 to MaxChunkSize bytes
+// and all but the last of at least cdc.Default's Min, adding up to the
+// size; a file within the restore's size limit, see checkSaveLimits)
+// before anything is fetched, and every fetched chunk must hash to its ID.
+// A chunk ID from the agent is a claim, not a proof: knowing another key's
+// chunk ID must not be enough to read it. So the host skips fetching only
+// the chunks of the save's parent that the store still holds (the key's
+// own, restored into this sandbox; an unchanged file takes the parent's
+// chunk list) and those this save has fetched already. Every other chunk
+// is fetched from the agent, whether or not the store holds it (one
+// another key holds is then not written again): the reads the agent sees
+// depend on its answers and the key's own parent only, never on what
+// other keys stored, so a save is no oracle of chunk existence either (see
+// the package doc). That costs wire bytes only for content new to the key
+// that another key holds already.
 //
 // Any violation fails the save, which then commits nothing; the error
-// matches ErrAgent, or transfer.ErrDigest for a chunk's bytes (including
-// a zstd frame the store's reader would refuse).
+// matches ErrAgent, transfer.ErrLimit or transfer.ErrLinkEscape for an
+// entry, or transfer.ErrDigest for a chunk's bytes (including a zstd frame
+// the store's reader would refuse).
 //
 // A file written to between the scan and the fetch of its chunks fails the
 // save with an error matching agent.ErrChanged; a retry scans again.
@@ -212,13 +218,26 @@ func (a *AgentSource) entry(se *agentv1.ScanEntry, w *agentWalk) (Entry, []*agen
 			e.Chunks = o.Chunks
 			return e, nil, nil
 		}
+		if e.Size > transfer.DefaultLimits.MaxFileSize {
+			return Entry{}, nil, fmt.Errorf("%w: entry %q: file of %d bytes, a restore takes at most %d", transfer.ErrLimit, p, e.Size, transfer.DefaultLimits.MaxFileSize)
+		}
+		// cdc.Default cuts no chunk but the last under its Min: a list of
+		// smaller ones (a million one-byte references to one chunk) is a
+		// manifest bomb, refused before it is held twice.
+		if n := int64(len(se.GetChunks())); n > maxFileChunks(e.Size) {
+			return bad("%d chunks for %d bytes, at most %d", n, e.Size, maxFileChunks(e.Size))
+		}
 		var off int64
 		if len(se.GetChunks()) > 0 {
 			e.Chunks = make([]ChunkRef, len(se.GetChunks()))
 		}
+		last := len(se.GetChunks()) - 1
 		for i, c := range se.GetChunks() {
 			if c.GetOffset() != off || c.GetSize() < 1 || c.GetSize() > MaxChunkSize || len(c.GetId()) != len(ID{}) {
 				return bad("chunk %d: offset %d, size %d, id of %d bytes, want offset %d", i, c.GetOffset(), c.GetSize(), len(c.GetId()), off)
+			}
+			if i < last && c.GetSize() < int64(cdc.Default.Min) {
+				return bad("chunk %d of %d: %d bytes, under the chunker's minimum %d", i, last+1, c.GetSize(), cdc.Default.Min)
 			}
 			e.Chunks[i] = ChunkRef{ID: ID(c.GetId()), Size: c.GetSize()}
 			off += c.GetSize()
@@ -264,6 +283,7 @@ type fetcher struct {
 	paths   int
 	want    map[ID]bool // in reads
 	waiting []Entry
+	refs    int // chunk references of waiting
 }
 
 // add records e once its chunks are held: at the flush of the batch that
@@ -294,6 +314,11 @@ func (f *fetcher) add(ctx context.Context, e Entry, chunks []*agentv1.ChunkInfo)
 	}
 	if wait {
 		f.waiting = append(f.waiting, e)
+		// Entries whose chunks are all in the batch already add nothing
+		// to it, but are held till its flush: bound them too.
+		if f.refs += len(e.Chunks); f.refs > maxFetchRefs {
+			return f.flush(ctx)
+		}
 		return nil
 	}
 	return f.sink.Add(e)
@@ -313,7 +338,8 @@ func (f *fetcher) flush(ctx context.Context) error {
 		}
 	}
 	clear(f.reads)
-	f.reads, f.bytes, f.paths, f.waiting = f.reads[:0], 0, 0, f.waiting[:0]
+	clear(f.waiting)
+	f.reads, f.bytes, f.paths, f.waiting, f.refs = f.reads[:0], 0, 0, f.waiting[:0], 0
 	clear(f.want)
 	return nil
 }

@@ -171,7 +171,7 @@ func TestAgentSourceClaimedChunks(t *testing.T) {
 			func(a *claimAgent, _ []byte) { a.silent = true }, transfer.ErrDigest, "stolen at 0"},
 		{"one victim chunk among the key's own", true,
 			func(v []session.ChunkRef) []*agentv1.ScanEntry {
-				return []*agentv1.ScanEntry{claimOf("own", []session.ChunkRef{ownRef}), claimOf("stolen", []session.ChunkRef{ownRef, v[1]})}
+				return []*agentv1.ScanEntry{claimOf("own", []session.ChunkRef{ownRef}), claimOf("stolen", []session.ChunkRef{v[0], ownRef})}
 			},
 			func(a *claimAgent, _ []byte) { a.data = map[string][]byte{"own": own} }, transfer.ErrDigest, "stolen at"},
 		{"victim's chunks reported unchanged", true,

@@ -16,7 +16,8 @@ import (
 // hashing on this host. It saves directories, regular files and symlinks
 // with their permission bits and nanosecond mtimes; it skips sockets,
 // FIFOs and devices, which a session cannot carry. The root's own mode and
-// mtime are not saved.
+// mtime are not saved. A symlink that resolves outside Dir fails the save,
+// as it would fail a restore (see checkSaveLimits).
 type DirSource struct {
 	Dir string
 	// ReuseUnchanged lets a regular file whose size and mtime equal its

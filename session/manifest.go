@@ -84,6 +84,9 @@ type SnapshotInfo struct {
 	Bytes     int64     `json:"bytes"`
 	NewBytes  int64     `json:"new_bytes"`
 	NewChunks int64     `json:"new_chunks"`
+	// Err is set, and the fields but Key and Seq are zero, for a snapshot
+	// whose manifest cannot be read: List names it and goes on.
+	Err string `json:"error,omitempty"`
 }
 
 const snapshotPrefix = "snapshots/"

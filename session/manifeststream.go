@@ -110,7 +110,7 @@ func readManifest(r io.Reader, fn func(*Entry) error) (*Manifest, error) {
 	}
 	defer zr.Close()
 	js := &capReader{r: zr, max: maxManifestDecoded, what: "JSON"}
-	m, err := readManifestJSON(js, fn)
+	m, err := readManifestJSON(&compactReader{r: js}, fn)
 	var fe fnError
 	switch {
 	case err == nil:
@@ -156,6 +156,46 @@ func (c *capReader) Read(p []byte) (int, error) {
 		c.err = err
 	}
 	return n, err
+}
+
+// compactReader passes JSON on without the whitespace between tokens,
+// which no writer of manifests emits: encoding/json's Decoder scans a run
+// of it from its start again at each refill of its buffer, so that a
+// manifest of a few hundred MiB of spaces (some KB stored) would keep a
+// reader busy for hours. Whitespace inside strings is kept.
+type compactReader struct {
+	r        io.Reader
+	inString bool
+	escaped  bool
+}
+
+func (c *compactReader) Read(p []byte) (int, error) {
+	for {
+		n, err := c.r.Read(p)
+		k := 0
+		for _, b := range p[:n] {
+			switch {
+			case c.inString:
+				switch {
+				case c.escaped:
+					c.escaped = false
+				case b == '\\':
+					c.escaped = true
+				case b == '"':
+					c.inString = false
+				}
+			case b == '"':
+				c.inString = true
+			case b == ' ' || b == '\t' || b == '\n' || b == '\r':
+				continue
+			}
+			p[k] = b
+			k++
+		}
+		if k > 0 || err != nil || n == 0 {
+			return k, err
+		}
+	}
 }
 
 // readManifestJSON is readManifest after the decompression.

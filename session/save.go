@@ -192,6 +192,7 @@ type sink struct {
 	// temp file (see spill), with their totals.
 	entries   spill
 	totals    Manifest
+	json      int64 // at least the manifest's JSON of entries: see minEntryJSON
 	newBytes  int64
 	newChunks int64
 	sealed    bool

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/ferry-dev/ferry/transfer"
 )
 
 // The sink's entries: Add keeps them as records in a spill (memory up to
@@ -12,13 +14,22 @@ import (
 // path order and written by a second one, straight into the backend's
 // Put.
 
-// addEntry records e, which Entry.validate accepts. k.mu is held.
+// addEntry records e, which Entry.validate accepts, once it is within
+// the limits of a restore (see checkSaveLimits) and of the manifest
+// reader, and a symlink's target passes transfer.CheckLinkTarget: a save
+// fails at the first entry that cannot be restored, before the chunks of
+// the rest are sent. k.mu is held.
 func (k *sink) addEntry(e *Entry) error {
-	if k.entries.n >= maxEntries {
-		return fmt.Errorf("%w: entry %q: over %d entries", ErrManifest, e.Path, maxEntries)
+	if err := checkSaveLimits(e, int64(k.entries.n), k.totals.Bytes); err != nil {
+		return err
 	}
-	if k.entries.size > maxManifestDecoded {
-		return fmt.Errorf("%w: entry %q: entries over %d bytes", ErrManifest, e.Path, maxManifestDecoded)
+	if e.Kind == KindSymlink {
+		if err := transfer.CheckLinkTarget(e.Path, e.Target); err != nil {
+			return err
+		}
+	}
+	if k.json += minEntryJSON(e); k.json > maxManifestDecoded || k.entries.size > maxManifestDecoded {
+		return fmt.Errorf("%w: entry %q: entries over the %d bytes of JSON a manifest holds", ErrManifest, e.Path, maxManifestDecoded)
 	}
 	if err := k.entries.add(e); err != nil {
 		return err
@@ -37,15 +48,24 @@ func (k *sink) addEntry(e *Entry) error {
 
 // checkEntries validates m with the sink's entries as a reader would (see
 // entryChecker); a manifest it refuses is an error matching ErrManifest.
+// It then resolves the symlinks through the tree as a restore's extractor
+// does (transfer.LinkTree): one that escapes it, or a chain too long, is
+// an error matching transfer.ErrLinkEscape or transfer.ErrLimit, naming
+// the symlink.
 func (k *sink) checkEntries(m *Manifest) error {
 	if err := m.validateHeader(); err != nil {
 		return fmt.Errorf("%w: %v", ErrManifest, err)
 	}
 	var ck entryChecker
+	// The checker holds the directories already.
+	links := transfer.LinkTree{IsDir: func(p string) bool { return ck.dirs[p] }}
 	var bad error
 	err := k.each(func(e *Entry) error {
 		if bad = ck.check(e); bad != nil {
 			return bad
+		}
+		if e.Kind == KindSymlink {
+			return links.Symlink(e.Path, e.Target)
 		}
 		return nil
 	})
@@ -58,7 +78,7 @@ func (k *sink) checkEntries(m *Manifest) error {
 	if bad != nil {
 		return fmt.Errorf("%w: %v", ErrManifest, bad)
 	}
-	return nil
+	return links.Check(transfer.DefaultLimits.MaxLinkDepth)
 }
 
 // each seals the sink's entries and calls fn with each of them, in path

@@ -234,12 +234,22 @@ func (s *Store) openManifest(ctx context.Context, key string, seq int64) (io.Rea
 }
 
 func (s *Store) load(ctx context.Context, key string, seq int64) (*Manifest, error) {
+	return s.loadWith(ctx, key, seq, decodeManifest)
+}
+
+// loadHeader is load without the entries, which it checks as it reads
+// and then drops: a listing holds no manifest whole.
+func (s *Store) loadHeader(ctx context.Context, key string, seq int64) (*Manifest, error) {
+	return s.loadWith(ctx, key, seq, func(r io.Reader) (*Manifest, error) { return readManifest(r, nil) })
+}
+
+func (s *Store) loadWith(ctx context.Context, key string, seq int64, decode func(io.Reader) (*Manifest, error)) (*Manifest, error) {
 	r, err := s.openManifest(ctx, key, seq)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	m, err := decodeManifest(r)
+	m, err := decode(r)
 	if err != nil {
 		return nil, fmt.Errorf("load snapshot %d of %s: %w", seq, key, err)
 	}
@@ -250,7 +260,11 @@ func (s *Store) load(ctx context.Context, key string, seq int64) (*Manifest, err
 }
 
 // List returns the snapshots of key, or of every key if key is "", by key
-// and then sequence. A manifest that cannot be read is an error.
+// and then sequence. A manifest that does not decode or validate (damage,
+// or a hostile save of an older ferry) is listed with its key, sequence
+// and Err, so that one broken snapshot hides neither the others nor
+// itself; a manifest removed since the listing is left out. A backend
+// that fails is an error.
 func (s *Store) List(ctx context.Context, key string) ([]SnapshotInfo, error) {
 	keys := []string{key}
 	if key == "" {
@@ -268,8 +282,14 @@ func (s *Store) List(ctx context.Context, key string) ([]SnapshotInfo, error) {
 			return nil, err
 		}
 		for _, seq := range seqs {
-			m, err := s.load(ctx, k, seq)
-			if err != nil {
+			m, err := s.loadHeader(ctx, k, seq)
+			switch {
+			case errors.Is(err, ErrManifest):
+				out = append(out, SnapshotInfo{Key: k, Seq: seq, Err: err.Error()})
+				continue
+			case errors.Is(err, ErrNoSnapshot):
+				continue // pruned meanwhile
+			case err != nil:
 				return nil, err
 			}
 			out = append(out, m.Info())

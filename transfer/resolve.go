@@ -16,13 +16,44 @@ import (
 // file) are taken lexically from there on: whatever is created there later
 // must not turn the link into an escape either.
 func resolveLink(root *os.Root, name string, maxDepth int) error {
-	var stack []string // resolved components: real directories, then lexical ones
-	if dir := parentDir(name); dir != rootName {
-		stack = strings.Split(dir, "/")
-	}
 	target, err := root.Readlink(name)
 	if err != nil {
 		return err
+	}
+	return resolve(name, target, maxDepth, func(p string) (node, string, error) {
+		fi, err := root.Lstat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+			return nodeOther, "", nil
+		case err != nil:
+			return 0, "", err
+		case fi.Mode()&fs.ModeSymlink != 0:
+			t, err := root.Readlink(p)
+			return nodeLink, t, err
+		case fi.IsDir():
+			return nodeDir, "", nil
+		}
+		return nodeOther, "", nil
+	})
+}
+
+// node is what resolve's look-up finds at a path.
+type node int
+
+const (
+	nodeOther node = iota // missing, or not a directory nor a symlink
+	nodeDir
+	nodeLink
+)
+
+// resolve follows the symlink name, whose target is target, through a
+// tree that look describes (a symlink's target with nodeLink), with
+// resolveLink's rules: the one walk the extractor and LinkTree share, so
+// that a save refuses exactly what a restore refuses.
+func resolve(name, target string, maxDepth int, look func(p string) (node, string, error)) error {
+	var stack []string // resolved components: real directories, then lexical ones
+	if dir := parentDir(name); dir != rootName {
+		stack = strings.Split(dir, "/")
 	}
 	pending := strings.Split(target, "/")
 	if strings.HasPrefix(target, "/") {
@@ -48,28 +79,21 @@ func resolveLink(root *os.Root, name string, maxDepth int) error {
 			continue
 		}
 		p := strings.Join(stack, "/")
-		fi, err := root.Lstat(p)
+		kind, t, err := look(p)
 		switch {
-		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
-			lexical = true
-			continue
 		case err != nil:
 			return err
-		case fi.Mode()&fs.ModeSymlink != 0:
+		case kind == nodeLink:
 			followed++
 			if followed > maxDepth {
 				return fmt.Errorf("%w: more than %d symlinks in a chain", ErrLimit, maxDepth)
-			}
-			t, err := root.Readlink(p)
-			if err != nil {
-				return err
 			}
 			if strings.HasPrefix(t, "/") {
 				return fmt.Errorf("%w: through %q to absolute %q", ErrLinkEscape, clip(p), clip(t))
 			}
 			stack = stack[:len(stack)-1]
 			pending = append(strings.Split(t, "/"), pending...)
-		case !fi.IsDir():
+		case kind != nodeDir:
 			lexical = true
 		}
 	}

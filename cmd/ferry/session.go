@@ -320,7 +320,9 @@ func newSessionListCmd(g *globals, s streams) *cobra.Command {
 		Short: "List the snapshots of KEY, or of every key",
 		Long: `List the snapshots in the session store, of KEY or of every key: sequence
 number, time, files, bytes, and the new bytes each save stored. With --json,
-one array of objects.`,
+one array of objects. A snapshot whose manifest cannot be read is listed
+as unreadable (with --json, with an error field) and named on stderr;
+the others are listed all the same.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := optionalKey(args)
@@ -339,15 +341,37 @@ one array of objects.`,
 				if list == nil {
 					list = []session.SnapshotInfo{}
 				}
-				return json.NewEncoder(s.out).Encode(list)
+				if err := json.NewEncoder(s.out).Encode(list); err != nil {
+					return err
+				}
+				warnUnreadable(s, list)
+				return nil
 			}
 			tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "KEY\tSNAPSHOT\tTIME\tFILES\tBYTES\tNEW BYTES")
 			for _, i := range list {
+				if i.Err != "" {
+					fmt.Fprintf(tw, "%s\t%d\tunreadable\t-\t-\t-\n", i.Key, i.Seq)
+					continue
+				}
 				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", i.Key, i.Seq, i.Time.Local().Format(time.DateTime), i.Files, humanBytes(i.Bytes), humanBytes(i.NewBytes))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			warnUnreadable(s, list)
+			return nil
 		},
+	}
+}
+
+// warnUnreadable names on stderr the snapshots of list whose manifests
+// cannot be read, as prune does.
+func warnUnreadable(s streams, list []session.SnapshotInfo) {
+	for _, i := range list {
+		if i.Err != "" {
+			fmt.Fprintf(s.err, "ferry: unreadable snapshot %s/%d: %s\n", i.Key, i.Seq, i.Err)
+		}
 	}
 }
 
