@@ -225,7 +225,6 @@ func TestHostileAgentUpload(t *testing.T) {
 	}
 }
 
-
 // sparseMeta is an archive of one old-GNU sparse meta.json: 512 bytes on
 // the wire, 2 GiB once expanded.
 func sparseMeta() []byte {
@@ -251,6 +250,7 @@ func sparseMeta() []byte {
 	out := append(blk, bytes.Repeat([]byte("{"), 512)...)
 	return append(out, make([]byte, 1024)...)
 }
+
 // storeKind is a store the session cases run on.
 type storeKind struct {
 	name string
