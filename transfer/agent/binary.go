@@ -33,6 +33,11 @@ func (b Binary) zstd() ([]byte, error) {
 // share a name by accident.
 func (b Binary) key() string { return hex.EncodeToString(b.Digest[:12]) }
 
+// CacheName is the file name the build is cached under in the sandbox's
+// agent directory (${TMPDIR:-/tmp}/.ferry-<uid>), which the serve script
+// runs when it is there.
+func (b Binary) CacheName() string { return "agent-" + b.key() }
+
 // Bundle is the agent builds a host carries, by GOARCH.
 type Bundle map[string]Binary
 

@@ -28,6 +28,11 @@ type ServerConfig struct {
 	// Logger receives the agent's own log lines (on its stderr); nil
 	// discards them. Never stdout: that is the protocol stream.
 	Logger *slog.Logger
+	// Wrap, when non-nil, is given the agent's implementation and returns
+	// the one served. ferry-agent never sets it: the project's hostile-agent
+	// tests do, to answer as a sandbox that turned hostile would, through
+	// the real agent where they do not lie.
+	Wrap func(agentv1.AgentServer) agentv1.AgentServer
 }
 
 // stopWait bounds how long Serve waits, once its connection has ended,
@@ -67,7 +72,11 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg ServerConfig) erro
 	lis := ConnListener(conn)
 	gs := grpc.NewServer(serverOptions()...)
 	srv := &server{cfg: cfg, log: log}
-	agentv1.RegisterAgentServer(gs, srv)
+	var impl agentv1.AgentServer = srv
+	if cfg.Wrap != nil {
+		impl = cfg.Wrap(srv)
+	}
+	agentv1.RegisterAgentServer(gs, impl)
 	agentv1.RegisterSupervisorServer(gs, &supervisorServer{s: srv})
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()

@@ -178,9 +178,20 @@ func (g *Gateway) Client(t testing.TB, cfg openshell.Config) *openshell.Client {
 // Sandbox creates a READY sandbox called name.
 func (g *Gateway) Sandbox(t testing.TB, c *openshell.Client, name string) {
 	t.Helper()
+	g.SandboxEnv(t, c, name, nil)
+}
+
+// SandboxEnv is Sandbox with env set for the sandbox's commands, as
+// `ferry sandbox create -e` sets it.
+func (g *Gateway) SandboxEnv(t testing.TB, c *openshell.Client, name string, env map[string]string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := c.Create(ctx, &openshellv1.CreateSandboxRequest{Name: name}); err != nil {
+	req := &openshellv1.CreateSandboxRequest{Name: name}
+	if env != nil {
+		req.Spec = &openshellv1.SandboxSpec{Environment: env}
+	}
+	if _, err := c.Create(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 }
