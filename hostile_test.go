@@ -368,3 +368,45 @@ func TestIdleAgentMode(t *testing.T) {
 		})
 	}
 }
+
+// TestHostileSandboxTarSession: a session save in POSIX mode reads the
+// sandbox's tar like a download, so every hostile archive fails it too,
+// on a directory store and on S3, and leaves the store's snapshots as
+// they were: the victim key, saved before the tar turned, restores byte
+// for byte.
+func TestHostileSandboxTarSession(t *testing.T) {
+	for _, sk := range hostileStores(t) {
+		t.Run(sk.name, func(t *testing.T) {
+			e := newEnv(t, ferry.ModePOSIX)
+			st, b := sk.open(t)
+			victim := map[string]string{"secret": "the victim's", "d/": "", "d/more": "more"}
+			write(t, filepath.Join(e.root, "sess"), victim)
+			if _, err := ferry.SaveSession(ctx(t), e.sb, st, "sess", "victim"); err != nil {
+				t.Fatal(err)
+			}
+			fixtures, err := filepath.Abs(filepath.Join("testdata", "archives"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := objects(t, b)
+			for _, name := range refused {
+				plantTar(t, e, "exec cat '"+filepath.Join(fixtures, name+".tar")+"'")
+				_, err := ferry.SaveSession(ctx(t), e.sb, st, "sess", "attacker")
+				var ee *transfer.EntryError
+				if err == nil || (!errors.As(err, &ee) && !errors.Is(err, transfer.ErrTruncated)) {
+					t.Fatalf("%s: save: err = %v, want a transfer.EntryError naming the entry", name, err)
+				}
+			}
+			if !sameObjects(before, objects(t, b)) {
+				t.Fatal("refused saves changed the store's snapshots")
+			}
+			if err := os.Remove(filepath.Join(e.root, "bin", "tar")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ferry.RestoreSession(ctx(t), e.sb, st, "victim", "again", ferry.SessionRestoreOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			sameTree(t, tree(t, filepath.Join(e.root, "again")), victim)
+		})
+	}
+}
