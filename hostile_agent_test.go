@@ -176,11 +176,7 @@ func TestHostileAgentDownload(t *testing.T) {
 		})
 	}
 	t.Run("sparse-meta", func(t *testing.T) {
-		archive := filepath.Join(t.TempDir(), "sparse-meta.tar")
-		if err := os.WriteFile(archive, sparseMeta(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		h.lie(t, hostile.Scenario{GetArchive: archive})
+		h.lie(t, hostile.Scenario{GetArchive: filepath.Join(fixtures, "sparse-meta.tar")})
 		out := filepath.Join(home, "pulled")
 		_, err := ferry.Pull(ctx(t), h.sb, "", out, transfer.Limits{})
 		h.served(t)
@@ -223,32 +219,6 @@ func TestHostileAgentUpload(t *testing.T) {
 	if !errors.Is(err, ferry.ErrIdle) {
 		t.Fatalf("upload to a stalled agent: err = %v, want ferry.ErrIdle", err)
 	}
-}
-
-// sparseMeta is an archive of one old-GNU sparse meta.json: 512 bytes on
-// the wire, 2 GiB once expanded.
-func sparseMeta() []byte {
-	const size = 2 << 30
-	blk := make([]byte, 512)
-	copy(blk, "meta.json")
-	copy(blk[100:], "0000644\x00")
-	copy(blk[108:], "0000000\x00")
-	copy(blk[116:], "0000000\x00")
-	copy(blk[124:], fmt.Sprintf("%011o\x00", 512))
-	copy(blk[136:], fmt.Sprintf("%011o\x00", 0))
-	blk[156] = 'S'
-	copy(blk[257:265], "ustar  \x00")
-	copy(blk[386:398], fmt.Sprintf("%011o\x00", size-512))
-	copy(blk[398:410], fmt.Sprintf("%011o\x00", 512))
-	copy(blk[483:495], fmt.Sprintf("%011o\x00", size))
-	copy(blk[148:156], "        ")
-	var sum int64
-	for _, c := range blk {
-		sum += int64(c)
-	}
-	copy(blk[148:156], fmt.Sprintf("%06o\x00 ", sum))
-	out := append(blk, bytes.Repeat([]byte("{"), 512)...)
-	return append(out, make([]byte, 1024)...)
 }
 
 // storeKind is a store the session cases run on.

@@ -358,6 +358,11 @@ var fixtures = []fixture{
 	{name: "sparse-gnu", want: transfer.ErrUnsupported, entry: "sparse", build: func() []byte {
 		return newBuilder().prelude().raw(gnuSparse("sparse", sparseSize)).end()
 	}},
+	// What a hostile sandbox sends a pull: its one artifact, 2 GiB of
+	// zeros once expanded.
+	{name: "sparse-meta", want: transfer.ErrUnsupported, entry: "meta.json", build: func() []byte {
+		return newBuilder().raw(gnuSparse("meta.json", sparseSize)).end()
+	}},
 	{name: "sparse-pax-0.0", want: transfer.ErrUnsupported, entry: "sparse", build: func() []byte {
 		// Repeated offset and numbytes records, before GNU tar 1.15.92.
 		b := newBuilder().prelude()
