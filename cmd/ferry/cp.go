@@ -44,8 +44,8 @@ workspace root. The semantics are cp -r's and docker cp's:
 Symlinks are copied as links, modes and mtimes are kept, owners are not.
 What comes out of a sandbox is checked entry by entry and placed only after
 the whole stream has been checked. A missing source, or a copy that moved
-nothing, exits 1. A copy through which nothing has moved, either way, for
---idle-timeout fails.`,
+nothing, exits 1. A copy through which next to nothing (under 64 bytes a
+second) has moved, either way, for --idle-timeout fails.`,
 		Example: `  ferry cp ./src box:work/src
   ferry cp box:rascal-meta/meta.json .
   ferry cp ./a.txt ./b.txt box:inbox/`,
@@ -123,7 +123,7 @@ nothing, exits 1. A copy through which nothing has moved, either way, for
 
 // addIdleFlag adds --idle-timeout to a transfer command.
 func addIdleFlag(cmd *cobra.Command, d *time.Duration) {
-	cmd.Flags().DurationVar(d, "idle-timeout", ferry.DefaultIdleTimeout, "fail when nothing has moved to or from the sandbox for `DUR` (0: never)")
+	cmd.Flags().DurationVar(d, "idle-timeout", ferry.DefaultIdleTimeout, "fail when next to nothing has moved to or from the sandbox for `DUR` (0: never)")
 }
 
 // idleTimeout is the Sandbox.IdleTimeout for --idle-timeout d, where 0

@@ -47,8 +47,8 @@ byte counts; never stdin or environment values, which is where ferry keeps
 secrets. The log is written after the artifacts (so it lists the pull's
 own execs), before any --follow; it needs a gateway, not --ssh.
 
-A pull through which nothing has moved, either way, for --idle-timeout
-fails; --follow, which waits for the run, is not subject to it.`,
+A pull through which next to nothing (under 64 bytes a second) has moved,
+either way, for --idle-timeout fails; --follow, which waits for the run, is not subject to it.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if audit && g.ssh != "" {
