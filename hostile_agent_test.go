@@ -129,7 +129,7 @@ func TestHostileAgentDownload(t *testing.T) {
 		if _, err := os.Lstat(filepath.Join(out, ".bashrc")); !os.IsNotExist(err) {
 			t.Fatalf("pull placed an unrequested name: %v", err)
 		}
-		os.RemoveAll(out)
+		noneIn(t, out)
 	})
 	t.Run("run", func(t *testing.T) {
 		h.lie(t, hostile.Scenario{GetExtra: []string{".bashrc"}})
@@ -143,7 +143,9 @@ func TestHostileAgentDownload(t *testing.T) {
 		if _, err := os.Lstat(filepath.Join(out, ".bashrc")); !os.IsNotExist(err) {
 			t.Fatalf("run placed an unrequested name: %v", err)
 		}
-		os.RemoveAll(out)
+		if err := os.RemoveAll(out); err != nil {
+			t.Fatal(err)
+		}
 	})
 	fixtures, err := filepath.Abs(filepath.Join("testdata", "archives"))
 	if err != nil {
@@ -171,7 +173,7 @@ func TestHostileAgentDownload(t *testing.T) {
 			if _, err := ferry.Pull(ctx(t), h.sb, "", out, transfer.Limits{}); err == nil {
 				t.Fatal("pull of a crafted archive succeeded")
 			}
-			os.RemoveAll(out)
+			noneIn(t, out)
 			sameTree(t, tree(t, home), before)
 		})
 	}
@@ -181,7 +183,7 @@ func TestHostileAgentDownload(t *testing.T) {
 		_, err := ferry.Pull(ctx(t), h.sb, "", out, transfer.Limits{})
 		h.served(t)
 		wantEntryErr(t, err, transfer.ErrUnsupported, "meta.json")
-		os.RemoveAll(out)
+		noneIn(t, out)
 	})
 	t.Run("stall", func(t *testing.T) {
 		h.lie(t, hostile.Scenario{GetStall: true})
@@ -198,6 +200,18 @@ func TestHostileAgentDownload(t *testing.T) {
 		}
 		sameTree(t, tree(t, home), before)
 	})
+}
+
+// noneIn fails unless the run directory out holds nothing (a refused
+// pull writes no artifact, half or whole), and removes it.
+func noneIn(t *testing.T, out string) {
+	t.Helper()
+	if got := tree(t, out); len(got) != 0 {
+		t.Fatalf("a refused pull left %s in %s", keys(got), out)
+	}
+	if err := os.RemoveAll(out); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestHostileAgentUpload: an agent that reports a tree other than the one
