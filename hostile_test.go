@@ -16,6 +16,8 @@ import (
 
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/session"
+	"github.com/ferry-dev/ferry/session/local"
 	"github.com/ferry-dev/ferry/transfer"
 )
 
@@ -408,5 +410,45 @@ func TestHostileSandboxTarSession(t *testing.T) {
 			}
 			sameTree(t, tree(t, filepath.Join(e.root, "again")), victim)
 		})
+	}
+}
+
+// TestIdleNotForSessionWait: a run's session save that waits, with the
+// agent's channel quiet, for a prune of the store to finish is the host
+// waiting, not a stalled sandbox: it must not end as idle (which would
+// lose the session).
+func TestIdleNotForSessionWait(t *testing.T) {
+	e := newEnv(t, ferry.ModeAgent)
+	b, err := local.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := session.New(session.Config{Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := e.sb
+	sb.IdleTimeout = 300 * time.Millisecond
+	// A prune's lock, as another node's prune writes it, live for 2s.
+	const ttl = 2 * time.Second
+	lock := fmt.Sprintf(`{"kind":"prune","ttl":%d,"host":"other","pid":1}`, ttl)
+	if err := b.Put(ctx(t), "locks/prune/0123456789abcdef01234567", strings.NewReader(lock), true); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	res, err := ferry.Run(ctx(t), sb, ferry.RunSpec{
+		Argv: []string{"sh", "-c", "mkdir -p rascal-meta sess && echo '{}' > rascal-meta/meta.json && echo s > sess/s"},
+		Out:  t.TempDir(), Sessions: []ferry.SessionMapping{{Key: "task-1", Remote: "sess"}}, Store: st,
+	})
+	took := time.Since(start)
+	if err != nil || res.PullErr != nil || res.SessionErr != nil {
+		t.Fatalf("run: %v / %v / %v", err, res.PullErr, res.SessionErr)
+	}
+	if s := res.Sessions[0].Saved; s == nil || s.Snapshot != 1 {
+		t.Fatalf("session %+v", res.Sessions[0])
+	}
+	// The save waited out the prune: the wait this test is about happened.
+	if took < ttl-500*time.Millisecond {
+		t.Fatalf("the run took %v: its save did not wait for the prune's lock (%v)", took, ttl)
 	}
 }

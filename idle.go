@@ -51,6 +51,7 @@ type idleWatch struct {
 	pending atomic.Int64 // bytes moved since then
 	floor   int64        // bytes that are progress
 	running atomic.Int32 // execs in flight
+	off     atomic.Bool  // suspended: nothing is idle
 	cancel  context.CancelCauseFunc
 	stopc   chan struct{}
 	done    chan struct{}
@@ -93,7 +94,7 @@ func (w *idleWatch) run(ctx context.Context, sandbox string) {
 		case <-t.C:
 		}
 		idle := time.Since(w.base) - time.Duration(w.last.Load())
-		if w.running.Load() == 0 {
+		if w.running.Load() == 0 || w.off.Load() {
 			idle = 0
 		}
 		if idle >= w.timeout {
@@ -102,6 +103,15 @@ func (w *idleWatch) run(ctx context.Context, sandbox string) {
 			return
 		}
 		t.Reset(w.timeout - idle)
+	}
+}
+
+// suspend stops counting idle time for the rest of the transfer, for a
+// phase in which the host may wait on something other than the sandbox.
+// A nil watch is a no-op.
+func (w *idleWatch) suspend() {
+	if w != nil {
+		w.off.Store(true)
 	}
 }
 

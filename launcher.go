@@ -561,7 +561,7 @@ func (l *Launcher) finish(ctx context.Context, dir string, rec *launchRecord, sb
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.FinishTimeout)
 		defer cancel()
 		spec := RunSpec{Out: dir, MetaDir: DefaultMetaDir, Sessions: rec.Sessions, Store: l.cfg.Store, Limits: l.cfg.Limits}
-		pres, pullErr, sessErr = finishThrough(fctx, sb, *a, spec, results)
+		pres, pullErr, sessErr = finishThrough(fctx, sb, *a, spec, results, nil)
 	}
 	failed := errors.Join(
 		ignore(pullErr, ErrNoMeta),

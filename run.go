@@ -254,11 +254,12 @@ func finishRun(ctx context.Context, sb Sandbox, spec RunSpec, sessions []RunSess
 		return PullResult{}, err, err
 	}
 	defer r.close()
-	return finishThrough(ctx, sb, r, spec, sessions)
+	return finishThrough(ctx, sb, r, spec, sessions, idle)
 }
 
-// finishThrough is finishRun through an open remote, which it closes.
-func finishThrough(ctx context.Context, sb Sandbox, r remote, spec RunSpec, sessions []RunSession) (pres PullResult, pullErr, sessionErr error) {
+// finishThrough is finishRun through an open remote, which it closes;
+// idle, when not nil, watches the pull and is suspended for the saves.
+func finishThrough(ctx context.Context, sb Sandbox, r remote, spec RunSpec, sessions []RunSession, idle *idleWatch) (pres PullResult, pullErr, sessionErr error) {
 	start := time.Now()
 	metaDir := spec.MetaDir
 	if metaDir == "" {
@@ -266,6 +267,11 @@ func finishThrough(ctx context.Context, sb Sandbox, r remote, spec RunSpec, sess
 	}
 	pres, pullErr = pull(ctx, sb, r, metaDir, spec.Out, spec.Limits)
 	pres.Seconds = time.Since(start).Seconds()
+	// A save may wait, with the channel quiet, for a prune of the store to
+	// finish (session's locks): that is the host waiting, not a stalled
+	// sandbox, and ending the save for it would lose the session. The
+	// caller's ctx bounds the saves.
+	idle.suspend()
 	// The session is saved however the command ended: the next run of the
 	// task resumes from it.
 	for i, m := range spec.Sessions {
