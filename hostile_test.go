@@ -16,8 +16,6 @@ import (
 
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/relay"
-	"github.com/ferry-dev/ferry/session"
-	"github.com/ferry-dev/ferry/session/local"
 	"github.com/ferry-dev/ferry/transfer"
 )
 
@@ -419,14 +417,7 @@ func TestHostileSandboxTarSession(t *testing.T) {
 // lose the session).
 func TestIdleNotForSessionWait(t *testing.T) {
 	e := newEnv(t, ferry.ModeAgent)
-	b, err := local.NewDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := session.New(session.Config{Backend: b})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, b := hostileStores(t)[0].open(t) // a directory store
 	sb := e.sb
 	sb.IdleTimeout = 300 * time.Millisecond
 	// A prune's lock, as another node's prune writes it, live for 2s.
