@@ -31,10 +31,12 @@ type Sandbox struct {
 	// Agents are the agent builds to install; without them ModeAuto is
 	// POSIX mode.
 	Agents agent.Bundle
-	// IdleTimeout ends an Upload, Download or Pull through which no byte
+	// IdleTimeout ends an Upload, Download, Pull, SaveSession or
+	// RestoreSession (and a Run's transfers) through which next to nothing
 	// has moved on the exec channel, in either direction, for this long,
-	// with ErrIdle: a sandbox that sends nothing, or stops reading, cannot
-	// hold one forever. A slow but steady stream is progress. Zero is
+	// with ErrIdle: a sandbox that sends nothing, dribbles, or stops
+	// reading cannot hold one forever. A slow but steady stream is
+	// progress, and so is a save waiting for a prune of its store. Zero is
 	// DefaultIdleTimeout; negative turns it off. Commands (Run's, exec's)
 	// are not subject to it: they may be silent for long.
 	IdleTimeout time.Duration

@@ -16,7 +16,10 @@ import (
 
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/session"
+	"github.com/ferry-dev/ferry/session/local"
 	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/agent/agenttest/hostile"
 )
 
 // refused are the fixtures in testdata/archives that a hostile sandbox's
@@ -411,35 +414,91 @@ func TestHostileSandboxTarSession(t *testing.T) {
 	}
 }
 
-// TestIdleNotForSessionWait: a run's session save that waits, with the
-// agent's channel quiet, for a prune of the store to finish is the host
-// waiting, not a stalled sandbox: it must not end as idle (which would
-// lose the session).
+// TestIdleNotForSessionWait: a session save that waits, with the agent's
+// channel quiet, for a prune of the store to finish is the host waiting,
+// not a stalled sandbox: it must not end as idle (which would lose the
+// session), in a run and on its own.
 func TestIdleNotForSessionWait(t *testing.T) {
 	e := newEnv(t, ferry.ModeAgent)
-	st, b := hostileStores(t)[0].open(t) // a directory store
+	b, err := local.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A short TTL polls the prune's lock often: the saves end soon after
+	// it expires.
+	st, err := session.New(session.Config{Backend: b, LockTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	sb := e.sb
 	sb.IdleTimeout = 300 * time.Millisecond
 	// A prune's lock, as another node's prune writes it, live for 2s.
 	const ttl = 2 * time.Second
-	lock := fmt.Sprintf(`{"kind":"prune","ttl":%d,"host":"other","pid":1}`, ttl)
-	if err := b.Put(ctx(t), "locks/prune/0123456789abcdef01234567", strings.NewReader(lock), true); err != nil {
+	pruning := func(t *testing.T, name string) {
+		t.Helper()
+		lock := fmt.Sprintf(`{"kind":"prune","ttl":%d,"host":"other","pid":1}`, ttl)
+		if err := b.Put(ctx(t), "locks/prune/"+name, strings.NewReader(lock), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, e.root, map[string]string{"sess/s": "s"})
+	// Warm the agent, so that the save's own time is the wait.
+	if _, err := ferry.SaveSession(ctx(t), sb, st, "sess", "warm"); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	res, err := ferry.Run(ctx(t), sb, ferry.RunSpec{
-		Argv: []string{"sh", "-c", "mkdir -p rascal-meta sess && echo '{}' > rascal-meta/meta.json && echo s > sess/s"},
-		Out:  t.TempDir(), Sessions: []ferry.SessionMapping{{Key: "task-1", Remote: "sess"}}, Store: st,
+	t.Run("run", func(t *testing.T) {
+		pruning(t, "0123456789abcdef01234567")
+		start := time.Now()
+		res, err := ferry.Run(ctx(t), sb, ferry.RunSpec{
+			Argv: []string{"sh", "-c", "mkdir -p rascal-meta && echo '{}' > rascal-meta/meta.json"},
+			Out:  t.TempDir(), Sessions: []ferry.SessionMapping{{Key: "task-1", Remote: "sess"}}, Store: st,
+		})
+		took := time.Since(start)
+		if err != nil || res.PullErr != nil || res.SessionErr != nil {
+			t.Fatalf("run: %v / %v / %v", err, res.PullErr, res.SessionErr)
+		}
+		if s := res.Sessions[0].Saved; s == nil || s.Snapshot != 1 {
+			t.Fatalf("session %+v", res.Sessions[0])
+		}
+		// The save waited out the prune: the wait this test is about
+		// happened.
+		if took < ttl-500*time.Millisecond {
+			t.Fatalf("the run took %v: its save did not wait for the prune's lock (%v)", took, ttl)
+		}
 	})
-	took := time.Since(start)
-	if err != nil || res.PullErr != nil || res.SessionErr != nil {
-		t.Fatalf("run: %v / %v / %v", err, res.PullErr, res.SessionErr)
+	t.Run("save", func(t *testing.T) {
+		pruning(t, "89abcdef0123456789abcdef")
+		start := time.Now()
+		res, err := ferry.SaveSession(ctx(t), sb, st, "sess", "task-2")
+		if err != nil || res.Snapshot != 1 {
+			t.Fatalf("save: %+v, %v", res, err)
+		}
+		if took := time.Since(start); took < ttl-500*time.Millisecond {
+			t.Fatalf("the save took %v: it did not wait for the prune's lock (%v)", took, ttl)
+		}
+	})
+}
+
+// TestIdleSession: a session save or restore through an agent that stops
+// answering ends with ErrIdle.
+func TestIdleSession(t *testing.T) {
+	h := newHostileBox(t, hostile.Scenario{})
+	st, _ := hostileStores(t)[0].open(t)
+	write(t, h.root, map[string]string{"sess/s": "s"})
+	if _, err := ferry.SaveSession(ctx(t), h.sb, st, "sess", "k"); err != nil {
+		t.Fatal(err)
 	}
-	if s := res.Sessions[0].Saved; s == nil || s.Snapshot != 1 {
-		t.Fatalf("session %+v", res.Sessions[0])
+	h.served(t)
+	sb := h.sb
+	sb.IdleTimeout = 300 * time.Millisecond
+	h.lie(t, hostile.Scenario{ScanStall: true})
+	if _, err := ferry.SaveSession(ctx(t), sb, st, "sess", "k"); !errors.Is(err, ferry.ErrIdle) {
+		t.Fatalf("save through a stalled agent: err = %v, want ferry.ErrIdle", err)
 	}
-	// The save waited out the prune: the wait this test is about happened.
-	if took < ttl-500*time.Millisecond {
-		t.Fatalf("the run took %v: its save did not wait for the prune's lock (%v)", took, ttl)
+	h.served(t)
+	h.lie(t, hostile.Scenario{PutStall: true})
+	if _, err := ferry.RestoreSession(ctx(t), sb, st, "k", "again", ferry.SessionRestoreOptions{}); !errors.Is(err, ferry.ErrIdle) {
+		t.Fatalf("restore through a stalled agent: err = %v, want ferry.ErrIdle", err)
 	}
+	h.served(t)
 }

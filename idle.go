@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/session"
 )
 
 // ErrIdle means a transfer was ended because next to nothing moved on its
@@ -34,7 +35,9 @@ const minIdleRate = 64
 // once none has moved for the timeout.
 //
 // Only time with an exec running counts: between execs the host is at
-// work (reading a store, placing a tree), not waiting on the sandbox.
+// work (reading a store, placing a tree), not waiting on the sandbox; nor
+// does time a session save spends waiting for a prune of its store
+// (hold, through session.WithWaiting).
 //
 // Progress is minIdleRate×timeout bytes (at least one) since the last
 // progress, or an exec starting or ending: a sandbox that sends a byte a
@@ -51,7 +54,7 @@ type idleWatch struct {
 	pending atomic.Int64 // bytes moved since then
 	floor   int64        // bytes that are progress
 	running atomic.Int32 // execs in flight
-	off     atomic.Bool  // suspended: nothing is idle
+	held    atomic.Int32 // waits of the host in progress (hold)
 	cancel  context.CancelCauseFunc
 	stopc   chan struct{}
 	done    chan struct{}
@@ -94,7 +97,7 @@ func (w *idleWatch) run(ctx context.Context, sandbox string) {
 		case <-t.C:
 		}
 		idle := time.Since(w.base) - time.Duration(w.last.Load())
-		if w.running.Load() == 0 || w.off.Load() {
+		if w.running.Load() == 0 || w.held.Load() > 0 {
 			idle = 0
 		}
 		if idle >= w.timeout {
@@ -106,13 +109,28 @@ func (w *idleWatch) run(ctx context.Context, sandbox string) {
 	}
 }
 
-// suspend stops counting idle time for the rest of the transfer, for a
-// phase in which the host may wait on something other than the sandbox.
-// A nil watch is a no-op.
-func (w *idleWatch) suspend() {
-	if w != nil {
-		w.off.Store(true)
+// hold is told when the host starts and stops waiting on something other
+// than the sandbox (session.WithWaiting: a prune's lock): no time is idle
+// meanwhile, and the count starts again when the wait ends. A nil watch
+// is a no-op.
+func (w *idleWatch) hold(waiting bool) {
+	if w == nil {
+		return
 	}
+	if waiting {
+		w.held.Add(1)
+		return
+	}
+	w.touch()
+	w.held.Add(-1)
+}
+
+// withHold is ctx telling w's hold of a session save's waits.
+func (w *idleWatch) withHold(ctx context.Context) context.Context {
+	if w == nil {
+		return ctx
+	}
+	return session.WithWaiting(ctx, w.hold)
 }
 
 // touch records progress.

@@ -258,7 +258,7 @@ func finishRun(ctx context.Context, sb Sandbox, spec RunSpec, sessions []RunSess
 }
 
 // finishThrough is finishRun through an open remote, which it closes;
-// idle, when not nil, watches the pull and is suspended for the saves.
+// idle, when not nil, is held while a save waits for a prune.
 func finishThrough(ctx context.Context, sb Sandbox, r remote, spec RunSpec, sessions []RunSession, idle *idleWatch) (pres PullResult, pullErr, sessionErr error) {
 	start := time.Now()
 	metaDir := spec.MetaDir
@@ -269,9 +269,8 @@ func finishThrough(ctx context.Context, sb Sandbox, r remote, spec RunSpec, sess
 	pres.Seconds = time.Since(start).Seconds()
 	// A save may wait, with the channel quiet, for a prune of the store to
 	// finish (session's locks): that is the host waiting, not a stalled
-	// sandbox, and ending the save for it would lose the session. The
-	// caller's ctx bounds the saves.
-	idle.suspend()
+	// sandbox, and ending the save for it would lose the session.
+	ctx = idle.withHold(ctx)
 	// The session is saved however the command ended: the next run of the
 	// task resumes from it.
 	for i, m := range spec.Sessions {

@@ -59,7 +59,7 @@ type SessionSaveResult struct {
 // RelayLost, not an error. An error means nothing was committed (a
 // commit's own result is the store's: once Store.Save has returned the
 // manifest, the snapshot is in the store).
-func SaveSession(ctx context.Context, sb Sandbox, st *session.Store, remoteDir, key string) (SessionSaveResult, error) {
+func SaveSession(ctx context.Context, sb Sandbox, st *session.Store, remoteDir, key string) (_ SessionSaveResult, err error) {
 	start := time.Now()
 	if st == nil {
 		return SessionSaveResult{}, errors.New("save session: nil store")
@@ -67,6 +67,11 @@ func SaveSession(ctx context.Context, sb Sandbox, st *session.Store, remoteDir, 
 	if err := session.ValidKey(key); err != nil {
 		return SessionSaveResult{}, err
 	}
+	ctx, sb, idle := sb.watchIdle(ctx, fmt.Sprintf("save session %s:%s", sb.Name, remoteDir))
+	defer func() { err = idle.end(err) }()
+	// Waiting for a prune of the store is the host waiting, not the
+	// sandbox.
+	ctx = idle.withHold(ctx)
 	r, err := sb.open(ctx)
 	if err != nil {
 		return SessionSaveResult{}, err
@@ -233,11 +238,13 @@ type SessionRestoreResult struct {
 // not counted in WireBytes. In agent mode a symlink that resolves outside
 // the restored tree is refused, as the agent's extractor refuses it; POSIX
 // mode writes it as saved.
-func RestoreSession(ctx context.Context, sb Sandbox, st *session.Store, key, remoteDir string, opts SessionRestoreOptions) (SessionRestoreResult, error) {
+func RestoreSession(ctx context.Context, sb Sandbox, st *session.Store, key, remoteDir string, opts SessionRestoreOptions) (_ SessionRestoreResult, err error) {
 	start := time.Now()
 	if st == nil {
 		return SessionRestoreResult{}, errors.New("restore session: nil store")
 	}
+	ctx, sb, idle := sb.watchIdle(ctx, fmt.Sprintf("restore session %s to %s:%s", key, sb.Name, remoteDir))
+	defer func() { err = idle.end(err) }()
 	r, err := sb.open(ctx)
 	if err != nil {
 		return SessionRestoreResult{}, err

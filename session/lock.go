@@ -232,10 +232,43 @@ func (s *Store) locks(ctx context.Context, prefix string) ([]heldLock, error) {
 	return out, nil
 }
 
+// waitingKey carries WithWaiting's function in a context.
+type waitingKey struct{}
+
+// WithWaiting returns ctx carrying f, which a Save it runs tells when it
+// starts (true) and stops (false) waiting for another process's prune of
+// the store to finish. A caller that ends a save whose channel to a
+// sandbox goes quiet (ferry's idle timeout) pauses that watch meanwhile:
+// the host is waiting then, not the sandbox, and a save ended for it
+// would lose the session it was saving.
+func WithWaiting(ctx context.Context, f func(waiting bool)) context.Context {
+	return context.WithValue(ctx, waitingKey{}, f)
+}
+
 // waitPrunes returns once no live prune lock is left, checking every
 // LockTTL/20 (at least 10 ms), or with ctx's error.
 func (s *Store) waitPrunes(ctx context.Context) error {
 	poll := max(s.cfg.LockTTL/20, 10*time.Millisecond)
+	if f, ok := ctx.Value(waitingKey{}).(func(bool)); ok && f != nil {
+		waiting := false
+		defer func() {
+			if waiting {
+				f(false)
+			}
+		}()
+		tell := func() {
+			if !waiting {
+				waiting = true
+				f(true)
+			}
+		}
+		return s.pollPrunes(ctx, poll, tell)
+	}
+	return s.pollPrunes(ctx, poll, func() {})
+}
+
+// pollPrunes is waitPrunes' loop; wait is called before each wait.
+func (s *Store) pollPrunes(ctx context.Context, poll time.Duration, wait func()) error {
 	for logged := false; ; {
 		ls, err := s.locks(ctx, pruneLockPrefix)
 		if err != nil {
@@ -256,6 +289,7 @@ func (s *Store) waitPrunes(ctx context.Context) error {
 			slog.Info("session: waiting for a prune to finish", "lock", live.Name, "host", live.body.Host, "pid", live.body.PID)
 			logged = true
 		}
+		wait()
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("wait for prune %s: %w", live.Name, ctx.Err())

@@ -38,7 +38,7 @@ func servedCLI(t *testing.T, scenario string) {
 // TestHostileAgentCLI drives the hostile agent through the commands users
 // run: cp from the sandbox and pull refuse a name nobody asked for and a
 // stall; a session save claiming another key's chunks fails, and the
-// victim key restores byte for byte.
+// victim key restores byte for byte; a save and a restore that stall end.
 func TestHostileAgentCLI(t *testing.T) {
 	root, victimRoot, scenario := hostileCLIBox(t)
 	writeFile(t, filepath.Join(root, "payload", "x"), []byte("asked for"), 0o644)
@@ -88,6 +88,14 @@ func TestHostileAgentCLI(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(victimRoot, "again", "secret")); err != nil || !bytes.Equal(b, secret) {
 		t.Fatalf("the victim key after the attack: %v", err)
 	}
+
+	// A save and a restore through an agent that stops answering end.
+	hostile.Rewrite(t, scenario, hostile.Scenario{ScanStall: true})
+	wantFailure(t, runFerry(t, nil, "--mode", "agent", "session", "save", "--idle-timeout", "500ms", "box:sess", "attacker"), "idle", "500ms")
+	servedCLI(t, scenario)
+	hostile.Rewrite(t, scenario, hostile.Scenario{PutStall: true})
+	wantFailure(t, runFerry(t, nil, "--mode", "agent", "session", "restore", "--idle-timeout", "500ms", "victim", "box:stalled"), "idle", "500ms")
+	servedCLI(t, scenario)
 	if r := runFerry(t, nil, "session", "verify"); r.code != 0 {
 		t.Fatalf("verify after the attack: exit %d: %s %s", r.code, r.stdout, r.stderr)
 	}

@@ -182,7 +182,8 @@ func sessionTarget(arg string) (sandbox, dir string, err error) {
 }
 
 func newSessionSaveCmd(g *globals, s streams) *cobra.Command {
-	return &cobra.Command{
+	var idle time.Duration
+	cmd := &cobra.Command{
 		Use:   "save SANDBOX:DIR KEY",
 		Short: "Save a sandbox directory as the next snapshot of KEY",
 		Long: `Save the directory DIR of the sandbox as the next snapshot of KEY in the
@@ -193,11 +194,19 @@ ferry says "committed snapshot N of KEY, then lost the relay" and exits 0.
 
 With --json it prints files, bytes, wire_bytes, new_chunks, new_bytes,
 seconds, snapshot (the sequence number committed), key and mode, and
-relay_lost (the channel's error) when the relay was lost after the commit.`,
+relay_lost (the channel's error) when the relay was lost after the commit.
+
+A save through which next to nothing (under 64 bytes a second) has moved,
+either way, for --idle-timeout fails; time spent waiting for a prune of
+the store to finish does not count.`,
 		Example: `  ferry session save box:.codex rtzll-rascal-42-1a2b3c4d5e`,
 		Args:    exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			box, dir, err := sessionTarget(args[0])
+			if err != nil {
+				return err
+			}
+			idleTimeout, err := idleTimeout(idle)
 			if err != nil {
 				return err
 			}
@@ -218,6 +227,7 @@ relay_lost (the channel's error) when the relay was lost after the commit.`,
 			if err != nil {
 				return err
 			}
+			sb.IdleTimeout = idleTimeout
 			res, err := ferry.SaveSession(cmd.Context(), sb, st, dir, key)
 			if err != nil {
 				return err
@@ -237,10 +247,13 @@ relay_lost (the channel's error) when the relay was lost after the commit.`,
 			return nil
 		},
 	}
+	addIdleFlag(cmd, &idle)
+	return cmd
 }
 
 func newSessionRestoreCmd(g *globals, s streams) *cobra.Command {
 	var opts ferry.SessionRestoreOptions
+	var idle time.Duration
 	cmd := &cobra.Command{
 		Use:   "restore KEY SANDBOX:DIR [--snapshot N] [--replace] [--allow-missing]",
 		Short: "Restore a snapshot of KEY into a sandbox directory",
@@ -256,7 +269,10 @@ error unless --allow-missing (a task's first run), which restores nothing,
 also from a store directory that does not exist yet (a node's first run).
 
 With --json it prints files, bytes, wire_bytes, seconds, snapshot, key and
-mode, and "missing": true when --allow-missing found no snapshot.`,
+mode, and "missing": true when --allow-missing found no snapshot.
+
+A restore through which next to nothing (under 64 bytes a second) has
+moved, either way, for --idle-timeout fails.`,
 		Example: `  ferry session restore rtzll-rascal-42-1a2b3c4d5e box:.codex --allow-missing`,
 		Args:    exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -270,6 +286,10 @@ mode, and "missing": true when --allow-missing found no snapshot.`,
 			}
 			if opts.Seq < 0 {
 				return usagef("--snapshot %d: want a sequence number, 1 or more", opts.Seq)
+			}
+			idleTimeout, err := idleTimeout(idle)
+			if err != nil {
+				return err
 			}
 			st, err := g.openExistingStore(cmd.Context())
 			var missing *storeMissingError
@@ -291,6 +311,7 @@ mode, and "missing": true when --allow-missing found no snapshot.`,
 			if err != nil {
 				return err
 			}
+			sb.IdleTimeout = idleTimeout
 			res, err := ferry.RestoreSession(cmd.Context(), sb, st, key, dir, opts)
 			if err != nil {
 				return err
@@ -311,6 +332,7 @@ mode, and "missing": true when --allow-missing found no snapshot.`,
 	cmd.Flags().Int64Var(&opts.Seq, "snapshot", 0, "the snapshot to restore (default the newest)")
 	cmd.Flags().BoolVar(&opts.Replace, "replace", false, "replace a non-empty target directory")
 	cmd.Flags().BoolVar(&opts.AllowMissing, "allow-missing", false, "succeed, restoring nothing, when KEY has no snapshot")
+	addIdleFlag(cmd, &idle)
 	return cmd
 }
 

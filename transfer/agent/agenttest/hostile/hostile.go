@@ -60,6 +60,8 @@ type Scenario struct {
 	// Extra are entries the scan reports after the real ones (their paths
 	// must sort after every real path: "~" begins the last names).
 	Extra []Entry `json:"extra,omitempty"`
+	// ScanStall makes every scan send nothing, until the host goes away.
+	ScanStall bool `json:"scan_stall,omitempty"`
 	// ZstdWindow, when set, makes ReadChunks send every chunk as one zstd
 	// frame whose header asks for a window this large.
 	ZstdWindow int `json:"zstd_window,omitempty"`
@@ -275,6 +277,9 @@ func (l *lyingRestore) SendAndClose(r *agentv1.PutResponse) error {
 }
 
 func (h *server) ScanStream(stream agentv1.Agent_ScanStreamServer) error {
+	if h.s.ScanStall {
+		return stall(stream.Context())
+	}
 	if len(h.s.Claims) == 0 && len(h.s.Repeats) == 0 && len(h.s.Extra) == 0 {
 		return h.AgentServer.ScanStream(stream)
 	}
