@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -497,4 +498,49 @@ func TestPruneKeepsWhatASaveOfLongerGraceReuses(t *testing.T) {
 		t.Fatalf("save stored %d chunks, prune %+v; want all reused and none removed", m.NewChunks, rep)
 	}
 	verifyOK(t, saver)
+}
+
+// TestSaveTellsItsWait: a Save whose ctx carries WithWaiting says when it
+// starts and stops waiting for a live prune's lock, once each, and says
+// nothing when there is no prune to wait for.
+func TestSaveTellsItsWait(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		prune bool
+		want  []bool
+	}{
+		{"no prune", false, nil},
+		{"a live prune", true, []bool{true, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fsys := afero.NewMemMapFs()
+			b := local.New(fsys)
+			s, err := session.New(session.Config{Backend: b, LockTTL: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.prune {
+				// Another node's prune, live for 300ms.
+				lock := fmt.Sprintf(`{"kind":"prune","ttl":%d}`, 300*time.Millisecond)
+				if err := b.Put(context.Background(), "locks/prune/0123456789abcdef01234567", strings.NewReader(lock), true); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var mu sync.Mutex
+			var told []bool
+			ctx := session.WithWaiting(context.Background(), func(waiting bool) {
+				mu.Lock()
+				told = append(told, waiting)
+				mu.Unlock()
+			})
+			if _, err := s.Save(ctx, "k", session.DirSource{Dir: tree(t, 1)}); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(told, tc.want) {
+				t.Fatalf("told %v, want %v", told, tc.want)
+			}
+		})
+	}
 }
