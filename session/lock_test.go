@@ -3,10 +3,10 @@ package session_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"path/filepath"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
