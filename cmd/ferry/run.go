@@ -24,7 +24,7 @@ func newRunCmd(g *globals, s streams) *cobra.Command {
 		out, create, wd   string
 		metaDir           string
 		del, followLive   bool
-		timeout           time.Duration
+		timeout, idle     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "run SANDBOX [flags] -- CMD [ARG...]",
@@ -47,7 +47,12 @@ change ferry's exit code: it says "committed snapshot N of KEY, then lost the
 relay", and --json has relay_lost in the session's "saved".
 
 In agent mode the agent's agent.ndjson is shown live as it grows, a line at
-a time, on stdout with the command's own output (--follow=false: not).`,
+a time, on stdout with the command's own output (--follow=false: not).
+
+The transfers before and after the command (not the command itself, which
+may be silent for long) fail when next to nothing (under 64 bytes a second)
+has moved, either way, for --idle-timeout; a session save waiting for a
+prune of the store is not idle.`,
 		Example: `  ferry run box --in ./run/instructions.md:rascal-meta/instructions.md \
       --secret ./secrets/gh_token:.rascal-secrets/gh_token --out ./run -- ./agent.sh`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -58,6 +63,10 @@ a time, on stdout with the command's own output (--follow=false: not).`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
+			idleTimeout, err := idleTimeout(idle)
+			if err != nil {
+				return err
+			}
 			// The command's output and the followed lines share stdout.
 			stdout := &lockedWriter{w: s.out}
 			spec := ferry.RunSpec{Argv: args[1:], Workdir: wd, Timeout: timeout, Out: out, MetaDir: metaDir, Stdout: stdout, Stderr: s.err}
@@ -67,7 +76,6 @@ a time, on stdout with the command's own output (--follow=false: not).`,
 			if spec.Out == "" {
 				spec.Out = name
 			}
-			var err error
 			if spec.Env, err = splitEnv(env); err != nil {
 				return err
 			}
@@ -126,6 +134,7 @@ a time, on stdout with the command's own output (--follow=false: not).`,
 			if err != nil {
 				return err
 			}
+			sb.IdleTimeout = idleTimeout
 			res, err := ferry.Run(cmd.Context(), sb, spec)
 			if g.json {
 				if e := json.NewEncoder(s.out).Encode(res); e != nil {
@@ -191,6 +200,7 @@ a time, on stdout with the command's own output (--follow=false: not).`,
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long and exit 124 (0: no limit)")
 	f.StringArrayVar(&sessions, "session", nil, "restore session KEY into REMOTE before the command and save it after (KEY:REMOTE, repeatable)")
 	f.BoolVarP(&followLive, "follow", "f", true, "show agent.ndjson's lines live as they are written (agent mode)")
+	addIdleFlag(cmd, &idle)
 	return cmd
 }
 
