@@ -241,18 +241,12 @@ type storeKind struct {
 	open func(t *testing.T) (*session.Store, session.Backend)
 }
 
+// hostileStores are a directory store and an S3 one (versitygw).
 func hostileStores(t *testing.T) []storeKind {
 	return []storeKind{
 		{"local", func(t *testing.T) (*session.Store, session.Backend) {
 			b, err := local.NewDir(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := session.New(session.Config{Backend: b})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return st, b
+			return storeOn(t, b, err), b
 		}},
 		{"s3", func(t *testing.T) (*session.Store, session.Backend) {
 			srv := s3test.Start(t)
@@ -260,16 +254,22 @@ func hostileStores(t *testing.T) []storeKind {
 				Endpoint: srv.Endpoint, Bucket: srv.Bucket, Prefix: "ferry", Region: srv.Region,
 				AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey,
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := session.New(session.Config{Backend: b})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return st, b
+			return storeOn(t, b, err), b
 		}},
 	}
+}
+
+// storeOn is a store on b, which err says could not be opened.
+func storeOn(t *testing.T, b session.Backend, err error) *session.Store {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := session.New(session.Config{Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // objects is every object of the store but its locks, with a digest of
