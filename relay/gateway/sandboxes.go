@@ -132,6 +132,10 @@ func (r *registry) create(req *openshellv1.CreateSandboxRequest) (*openshellv1.S
 	if err := validName(name); err != nil {
 		return nil, err
 	}
+	// After the name and before anything exists, as upstream orders it.
+	if err := validLabels(req.GetLabels()); err != nil {
+		return nil, err
+	}
 	if _, ok := r.name[key(ws, name)]; ok {
 		return nil, errExists
 	}
@@ -226,13 +230,15 @@ func (r *registry) snapshot(sb *sandbox) (*openshellv1.Sandbox, bool, <-chan str
 	return proto.Clone(sb.pb).(*openshellv1.Sandbox), sb.gone, ch
 }
 
-func (r *registry) list(workspace string, all bool) []*openshellv1.Sandbox {
+// list returns the sandboxes of workspace (or of all) that carry every
+// label in want, by name.
+func (r *registry) list(workspace string, all bool, want map[string]string) []*openshellv1.Sandbox {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ws := workspaceOf(workspace)
 	var out []*openshellv1.Sandbox
 	for _, sb := range r.byID {
-		if all || sb.pb.GetMetadata().GetWorkspace() == ws {
+		if (all || sb.pb.GetMetadata().GetWorkspace() == ws) && matchSelector(want, sb.pb.GetMetadata().GetLabels()) {
 			out = append(out, proto.Clone(sb.pb).(*openshellv1.Sandbox))
 		}
 	}

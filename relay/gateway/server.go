@@ -127,7 +127,7 @@ func New(cfg Config) (*Server, error) {
 	logs.prune()
 	s := &Server{cfg: cfg, reg: reg, logs: logs, user: name, timers: map[string]*time.Timer{}}
 	// A sandbox left PROVISIONING by a previous run is ready now.
-	for _, sb := range reg.list("", true) {
+	for _, sb := range reg.list("", true, nil) {
 		if sb.GetStatus().GetPhase() == openshellv1.SandboxPhase_SANDBOX_PHASE_PROVISIONING {
 			s.logEvent(sb.GetMetadata().GetId(), "sandbox ready", nil)
 			reg.setPhase(sb.GetMetadata().GetId(), openshellv1.SandboxPhase_SANDBOX_PHASE_READY)
@@ -225,7 +225,12 @@ func (s *Server) GetSandbox(ctx context.Context, req *openshellv1.GetSandboxRequ
 }
 
 func (s *Server) ListSandboxes(ctx context.Context, req *openshellv1.ListSandboxesRequest) (*openshellv1.ListSandboxesResponse, error) {
-	all := s.reg.list(req.GetWorkspace(), req.GetAllWorkspaces())
+	want, err := parseSelector(req.GetLabelSelector())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	// Filtered before the page is cut, as upstream does.
+	all := s.reg.list(req.GetWorkspace(), req.GetAllWorkspaces(), want)
 	off := int(req.GetOffset())
 	if off > len(all) {
 		off = len(all)
