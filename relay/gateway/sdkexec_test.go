@@ -92,7 +92,9 @@ func TestSDKExecRequests(t *testing.T) {
 				})
 				t.Run(rpc.name+"/ExecPython", func(t *testing.T) {
 					// SandboxClient.exec_python(id, fn, args=(6, 7),
-					// env={"PATH": ...}): the caller's env plus the payload.
+					// env={"PATH": ...}, timeout_seconds=20), as upstream's
+					// e2e/python/test_sandbox_exec_python.py calls it: the
+					// caller's env plus the payload.
 					// PATH is the caller's because the login shell's
 					// /etc/profile resets the gateway's.
 					env := map[string]string{"OPENSHELL_PYFUNC_B64": payload}
@@ -100,9 +102,10 @@ func TestSDKExecRequests(t *testing.T) {
 						env["PATH"] = pyDir + ":/usr/local/bin:/usr/bin:/bin"
 					}
 					r := rpc.run(ctxFor(t), c, &openshellv1.ExecSandboxRequest{
-						SandboxId:   id,
-						Command:     []string{"python", "-c", pyBootstrap},
-						Environment: env,
+						SandboxId:      id,
+						Command:        []string{"python", "-c", pyBootstrap},
+						Environment:    env,
+						TimeoutSeconds: 20,
 					})
 					if r.err != nil {
 						t.Fatalf("exec_python's request refused: %v", r.err)
