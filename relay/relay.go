@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -95,6 +96,11 @@ var (
 	ErrStdinTooLarge = errors.New("relay: stdin too large for one-shot exec")
 )
 
+// allowedOpenShellKeys are the OPENSHELL_ environment keys an exec may set,
+// upstream's EXEC_ALLOWED_OPENSHELL_KEYS: the Python SDK's exec_python
+// sends its pickled callable in OPENSHELL_PYFUNC_B64.
+var allowedOpenShellKeys = []string{"OPENSHELL_PYFUNC_B64"}
+
 var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Validate checks cmd against the gateway's limits. The error wraps
@@ -110,8 +116,10 @@ func (cmd *Command) Validate() error {
 		if len(a) > MaxArgLen {
 			return fmt.Errorf("%w: argument %d is %d bytes, at most %d", ErrInvalid, i, len(a), MaxArgLen)
 		}
-		if strings.ContainsAny(a, "\x00\n\r") {
-			return fmt.Errorf("%w: argument %d %q contains NUL, newline or carriage return", ErrInvalid, i, clip(a))
+		// Upstream refuses only NUL here: a newline is valid in an
+		// argument, an inline script's (sh -c $'a\nb').
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("%w: argument %d %q contains NUL", ErrInvalid, i, clip(a))
 		}
 	}
 	for k, v := range cmd.Env {
@@ -124,7 +132,7 @@ func (cmd *Command) Validate() error {
 		if strings.ContainsAny(v, "\x00\n\r") {
 			return fmt.Errorf("%w: environment value of %s contains NUL, newline or carriage return", ErrInvalid, k)
 		}
-		if strings.HasPrefix(k, "OPENSHELL_") {
+		if strings.HasPrefix(k, "OPENSHELL_") && !slices.Contains(allowedOpenShellKeys, k) {
 			// Reserved by the gateway for its own use.
 			return fmt.Errorf("%w: environment key %s: OPENSHELL_ keys are reserved", ErrInvalid, k)
 		}

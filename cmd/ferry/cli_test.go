@@ -378,6 +378,11 @@ func TestExec(t *testing.T) {
 			"two words", `"double"`, `'single'`, `$(echo injected)`, "`id`", "$HOME", "*", "?", "~", "a;b", "a|b", "a&&b", "", " ", `back\slash`, "tab\there", "ünï"},
 			0, "[two words]\n[\"double\"]\n['single']\n[$(echo injected)]\n[`id`]\n[$HOME]\n[*]\n[?]\n[~]\n[a;b]\n[a|b]\n[a&&b]\n[]\n[ ]\n[back\\slash]\n[tab\there]\n[ünï]\n", ""},
 		{"dash arguments", "", []string{"--", "printf", "%s,", "--", "-x", "--json"}, 0, "--,-x,--json,", ""},
+		// Upstream refuses only NUL in an argument: an inline script may
+		// run to several lines.
+		{"multi-line script", "", []string{"--", "sh", "-c", "echo one\necho two"}, 0, "one\ntwo\n", ""},
+		// The one OPENSHELL_ key upstream lets an exec set (exec_python's).
+		{"pyfunc env key", "", []string{"--env", "OPENSHELL_PYFUNC_B64=cGF5", "--", "sh", "-c", `printf %s "$OPENSHELL_PYFUNC_B64"`}, 0, "cGF5", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runFerry(t, strings.NewReader(tc.stdin), append([]string{"exec", "box"}, tc.args...)...)
@@ -487,7 +492,8 @@ func TestExecUsage(t *testing.T) {
 		{"env empty key", []string{"exec", "box", "--env", "=v", "--", "true"}, `--env "=v"`},
 		{"env bad key", []string{"exec", "box", "--env", "1X=v", "--", "true"}, "1X"},
 		{"env reserved key", []string{"exec", "box", "--env", "OPENSHELL_X=v", "--", "true"}, "OPENSHELL_"},
-		{"newline in argument", []string{"exec", "box", "--", "echo", "a\nb"}, "newline"},
+		{"NUL in argument", []string{"exec", "box", "--", "echo", "a\x00b"}, "contains NUL"},
+		{"newline in env value", []string{"exec", "box", "--env", "K=a\nb", "--", "true"}, "newline"},
 		{"newline in workdir", []string{"exec", "box", "--workdir", "a\nb", "--", "true"}, "workdir"},
 		{"negative timeout", []string{"exec", "box", "--timeout", "-1s", "--", "true"}, "--timeout"},
 		{"bad timeout", []string{"exec", "box", "--timeout", "soon", "--", "true"}, "soon"},

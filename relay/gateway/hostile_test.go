@@ -65,12 +65,6 @@ func TestHostileExecRequests(t *testing.T) {
 		{"ArgTooLong", func(id string) *openshellv1.ExecSandboxRequest {
 			return &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"echo", big}}
 		}, codes.InvalidArgument, "argument 1 is 32769 bytes, at most 32768"},
-		{"ArgNewline", func(id string) *openshellv1.ExecSandboxRequest {
-			return &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"echo", "a\nb"}}
-		}, codes.InvalidArgument, "argument 1 \"a\\nb\" contains NUL, newline or carriage return"},
-		{"ArgCR", func(id string) *openshellv1.ExecSandboxRequest {
-			return &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"echo", "a\rb"}}
-		}, codes.InvalidArgument, "contains NUL, newline or carriage return"},
 		{"ArgNUL", func(id string) *openshellv1.ExecSandboxRequest {
 			return &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"echo\x00"}}
 		}, codes.InvalidArgument, `argument 0 "echo\x00" contains NUL`},
@@ -86,12 +80,33 @@ func TestHostileExecRequests(t *testing.T) {
 		{"EnvKeyReserved", func(id string) *openshellv1.ExecSandboxRequest {
 			return &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"true"}, Environment: map[string]string{"OPENSHELL_X": "v"}}
 		}, codes.InvalidArgument, "OPENSHELL_X: OPENSHELL_ keys are reserved"},
+		{"EnvKeyReservedLikePyfunc", func(id string) *openshellv1.ExecSandboxRequest {
+			return &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"true"}, Environment: map[string]string{"OPENSHELL_PYFUNC_B64_X": "v"}}
+		}, codes.InvalidArgument, "OPENSHELL_PYFUNC_B64_X: OPENSHELL_ keys are reserved"},
 		{"EnvValueTooLong", func(id string) *openshellv1.ExecSandboxRequest {
 			return &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"true"}, Environment: map[string]string{"V": big}}
 		}, codes.InvalidArgument, "environment value of V is 32769 bytes"},
 		{"EnvValueNewline", func(id string) *openshellv1.ExecSandboxRequest {
 			return &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"true"}, Environment: map[string]string{"V": "a\nb"}}
 		}, codes.InvalidArgument, "environment value of V contains NUL, newline or carriage return"},
+		{"EnvValueCR", func(id string) *openshellv1.ExecSandboxRequest {
+			return &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"true"}, Environment: map[string]string{"V": "a\rb"}}
+		}, codes.InvalidArgument, "environment value of V contains NUL, newline or carriage return"},
+		{"EnvValueNUL", func(id string) *openshellv1.ExecSandboxRequest {
+			return &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"true"}, Environment: map[string]string{"V": "a\x00b"}}
+		}, codes.InvalidArgument, "environment value of V contains NUL, newline or carriage return"},
+		{"PyfuncValueNewline", func(id string) *openshellv1.ExecSandboxRequest {
+			return &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"true"}, Environment: map[string]string{"OPENSHELL_PYFUNC_B64": "a\nb"}}
+		}, codes.InvalidArgument, "environment value of OPENSHELL_PYFUNC_B64 contains NUL, newline or carriage return"},
+		{"WorkdirLF", func(id string) *openshellv1.ExecSandboxRequest {
+			return &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"true"}, Workdir: "/tmp\nx"}
+		}, codes.InvalidArgument, `workdir "/tmp\nx" contains NUL, newline or carriage return`},
+		{"WorkdirCR", func(id string) *openshellv1.ExecSandboxRequest {
+			return &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"true"}, Workdir: "/tmp\rx"}
+		}, codes.InvalidArgument, `workdir "/tmp\rx" contains NUL, newline or carriage return`},
+		{"WorkdirNUL", func(id string) *openshellv1.ExecSandboxRequest {
+			return &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"true"}, Workdir: "/tmp\x00x"}
+		}, codes.InvalidArgument, `workdir "/tmp\x00x" contains NUL, newline or carriage return`},
 		{"WorkdirTooLong", func(id string) *openshellv1.ExecSandboxRequest {
 			return &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"true"}, Workdir: strings.Repeat("d", 4097)}
 		}, codes.InvalidArgument, "workdir is 4097 bytes, at most 4096"},

@@ -68,7 +68,7 @@ func TestSSHExecerErrors(t *testing.T) {
 	}{
 		{"UnknownSandbox", x, relay.Command{Sandbox: "nope", Argv: []string{"true"}}, relay.ErrNotFound},
 		{"NotReady", x, relay.Command{Sandbox: "slow", Argv: []string{"true"}}, relay.ErrNotReady},
-		{"InvalidCommand", x, relay.Command{Sandbox: "slow", Argv: []string{"echo", "a\nb"}}, relay.ErrInvalid},
+		{"InvalidCommand", x, relay.Command{Sandbox: "slow", Argv: []string{"echo", "a\x00b"}}, relay.ErrInvalid},
 		{"Closed", closed, relay.Command{Sandbox: "slow", Argv: []string{"true"}}, net.ErrClosed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

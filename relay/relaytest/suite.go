@@ -58,6 +58,7 @@ func Run(t *testing.T, h Harness) {
 		{"KilledChild", testKilled},
 		{"ArgvExact", testArgv},
 		{"EnvAndWorkdir", testEnvWorkdir},
+		{"MultiLineScript", testMultiLine},
 		{"InvalidCommand", testInvalid},
 		{"NoStdinReadAhead", testNoReadAhead},
 		{"StdinReadError", testStdinError},
@@ -229,6 +230,23 @@ func testEnvWorkdir(t *testing.T, x relay.Execer, box string, _ Harness) {
 	}
 }
 
+// testMultiLine runs an inline script of several lines, which upstream
+// accepts (it refuses only NUL in an argument), and the one OPENSHELL_ key
+// an exec may set, the Python SDK's exec_python payload.
+func testMultiLine(t *testing.T, x relay.Execer, box string, _ Harness) {
+	r := run(ctxFor(t, time.Minute), x, &relay.Command{
+		Sandbox: box,
+		Argv:    []string{"sh", "-c", "echo one\necho two\nprintf '%s' \"$OPENSHELL_PYFUNC_B64\""},
+		Env:     map[string]string{"OPENSHELL_PYFUNC_B64": "cGF5bG9hZA=="},
+	})
+	if r.err != nil || r.code != 0 {
+		t.Fatalf("code=%d err=%v stderr=%q", r.code, r.err, r.stderr)
+	}
+	if want := "one\ntwo\ncGF5bG9hZA=="; string(r.stdout) != want {
+		t.Fatalf("stdout=%q, want %q", r.stdout, want)
+	}
+}
+
 func testInvalid(t *testing.T, x relay.Execer, box string, _ Harness) {
 	many := make([]string, relay.MaxArgs+1)
 	for i := range many {
@@ -245,11 +263,12 @@ func testInvalid(t *testing.T, x relay.Execer, box string, _ Harness) {
 	}{
 		{"EmptyArgv", relay.Command{}},
 		{"1025Args", relay.Command{Argv: many}},
-		{"NewlineInArg", relay.Command{Argv: []string{"echo", "a\nb"}}},
-		{"CRInArg", relay.Command{Argv: []string{"echo", "a\rb"}}},
 		{"NULInArg", relay.Command{Argv: []string{"echo", "a\x00b"}}},
 		{"LongArg", relay.Command{Argv: []string{"echo", strings.Repeat("a", relay.MaxArgLen+1)}}},
 		{"BadEnvKey", relay.Command{Argv: []string{"true"}, Env: map[string]string{"1BAD": "x"}}},
+		{"ReservedEnvKey", relay.Command{Argv: []string{"true"}, Env: map[string]string{"OPENSHELL_X": "x"}}},
+		{"NewlineInEnvValue", relay.Command{Argv: []string{"true"}, Env: map[string]string{"OK": "a\nb"}}},
+		{"CRInWorkdir", relay.Command{Argv: []string{"true"}, Workdir: "a\rb"}},
 		{"EnvKeyWithEquals", relay.Command{Argv: []string{"true"}, Env: map[string]string{"A=B": "x"}}},
 		{"LongEnvValue", relay.Command{Argv: []string{"true"}, Env: map[string]string{"OK": strings.Repeat("v", relay.MaxEnvValueLen+1)}}},
 		{"LongWorkdir", relay.Command{Argv: []string{"true"}, Workdir: strings.Repeat("d", relay.MaxWorkdirLen+1)}},

@@ -96,7 +96,7 @@ func TestInvalidBeforeAnyCall(t *testing.T) {
 	for len(strings.Join(long, " ")) <= relay.MaxCommandLen {
 		long = append(long, strings.Repeat("'", relay.MaxArgLen/8))
 	}
-	for _, argv := range [][]string{nil, {"echo", "a\nb"}, {"echo", "a\x00b"}, long} {
+	for _, argv := range [][]string{nil, {"echo", "a\x00b"}, long} {
 		if _, err := c.Exec(testCtx(t), &relay.Command{Argv: argv}); !errors.Is(err, relay.ErrInvalid) {
 			t.Errorf("argv of %d words: err=%v, want relay.ErrInvalid", len(argv), err)
 		}
