@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -227,7 +228,6 @@ func TestSSHForwardRefusals(t *testing.T) {
 	}{
 		{"DataFirst", f.c, dataFrame([]byte("SSH-2.0-x\r\n")), codes.InvalidArgument, "first frame must be init"},
 		{"NoSandboxID", f.c, with(func(i *openshellv1.TcpForwardInit) { i.SandboxId = "" }), codes.InvalidArgument, "sandbox_id is required"},
-		{"WrongServiceID", f.c, with(func(i *openshellv1.TcpForwardInit) { i.ServiceId = "ssh-proxy:" + other }), codes.InvalidArgument, "service_id must be"},
 		{"NoTarget", f.c, with(func(i *openshellv1.TcpForwardInit) { i.Target = nil }), codes.InvalidArgument, "target is required"},
 		{"TCPTarget", f.c, with(func(i *openshellv1.TcpForwardInit) {
 			i.Target = &openshellv1.TcpForwardInit_Tcp{Tcp: &openshellv1.TcpRelayTarget{Host: "127.0.0.1", Port: 22}}
@@ -248,6 +248,33 @@ func TestSSHForwardRefusals(t *testing.T) {
 	}
 	if r, err := f.c.RevokeSshSession(ctxFor(t), &openshellv1.RevokeSshSessionRequest{Token: revoked}); err != nil || r.GetRevoked() {
 		t.Errorf("second RevokeSshSession = %v, %v; want revoked false", r, err)
+	}
+}
+
+// TestSSHServiceIDOptional: upstream's ForwardTcp passes service_id on
+// and checks nothing of it; an SSH relay with none, or any, works.
+func TestSSHServiceIDOptional(t *testing.T) {
+	f := newRelay(t, gateway.Config{})
+	for _, id := range []string{"", "anything", "ssh-proxy:another-sandbox"} {
+		t.Run(fmt.Sprintf("%q", id), func(t *testing.T) {
+			init := sshInit(f.id, token(t, f.c, f.id))
+			init.ServiceId = id
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			s, err := openRelay(ctx, f.c, initFrame(init))
+			if err != nil {
+				t.Fatalf("open relay with service_id %q: %v", id, err)
+			}
+			c, _, _ := sshOver(t, s, cancel, "sandbox")
+			sess, err := c.NewSession()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sess.Close()
+			if out, err := sess.Output("echo relayed"); err != nil || string(out) != "relayed\n" {
+				t.Fatalf("command over the relay: %q, %v", out, err)
+			}
+		})
 	}
 }
 
