@@ -76,26 +76,9 @@ func Raw(t testing.TB, b agent.Binary) []byte {
 }
 
 func build(arch string, flags []string) (agent.Bundle, []byte, error) {
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
-	dir, err := os.MkdirTemp("", "ferry-agenttest-")
+	raw, out, err := GoBuild("./cmd/ferry-agent", arch, flags...)
 	if err != nil {
-		return nil, nil, err
-	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "ferry-agent")
-	// The tags are the Makefile's (GO_TAGS): tests run the agent ferry
-	// embeds.
-	args := append([]string{"build", "-trimpath", "-tags", "grpcnotrace", "-o", bin}, flags...)
-	cmd := exec.Command("go", append(args, "./cmd/ferry-agent")...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "HOME="+home, "XDG_CACHE_HOME="+cacheHome)
-	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, out, err
-	}
-	raw, err := os.ReadFile(bin)
-	if err != nil {
-		return nil, nil, err
 	}
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest))
 	if err != nil {
@@ -104,4 +87,29 @@ func build(arch string, flags []string) (agent.Bundle, []byte, error) {
 	z := enc.EncodeAll(raw, nil)
 	enc.Close()
 	return agent.Bundle{arch: {Arch: arch, Digest: sha256.Sum256(raw), Zstd: bytes.Clone(z)}}, nil, nil
+}
+
+// GoBuild builds the main package pkg (a path from the module's root,
+// "./cmd/ferry-agent") for linux/arch as the Makefile builds the agent,
+// and returns the binary; on failure, the go command's output too.
+func GoBuild(pkg, arch string, flags ...string) (bin, out []byte, err error) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	dir, err := os.MkdirTemp("", "ferry-agenttest-")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(dir)
+	name := filepath.Join(dir, "bin")
+	// The tags are the Makefile's (GO_TAGS): tests run the agent ferry
+	// embeds.
+	args := append([]string{"build", "-trimpath", "-tags", "grpcnotrace", "-o", name}, flags...)
+	cmd := exec.Command("go", append(args, pkg)...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "HOME="+home, "XDG_CACHE_HOME="+cacheHome)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, out, err
+	}
+	bin, err = os.ReadFile(name)
+	return bin, nil, err
 }

@@ -201,61 +201,35 @@ func (g *stallingGet) Send(m *agentv1.GetResponse) error {
 }
 
 func (h *server) Put(stream agentv1.Agent_PutServer) error {
-	if h.s.PutStall {
-		if _, err := stream.Recv(); err != nil {
-			return err
-		}
-		return stall(stream.Context())
-	}
-	if !h.s.PutLie {
-		return h.AgentServer.Put(stream)
-	}
-	ls := &lyingPut{ClientStreamingServer: stream}
-	if err := h.AgentServer.Put(ls); err != nil {
-		return err
-	}
-	return ls.finish()
-}
-
-// lyingPut holds back the real agent's response and sends one that counts
-// a file more.
-type lyingPut struct {
-	grpc.ClientStreamingServer[agentv1.PutRequest, agentv1.PutResponse]
-	resp *agentv1.PutResponse
-}
-
-func (l *lyingPut) SendAndClose(r *agentv1.PutResponse) error {
-	l.resp = r
-	return nil
-}
-
-func (l *lyingPut) finish() error {
-	r := l.resp
-	if r == nil {
-		r = &agentv1.PutResponse{}
-	}
-	if r.Stats == nil {
-		r.Stats = &agentv1.Stats{}
-	}
-	r.Stats.Files++
-	return l.ClientStreamingServer.SendAndClose(r)
+	return placeTree(h.s, stream, h.AgentServer.Put)
 }
 
 func (h *server) Restore(stream agentv1.Agent_RestoreServer) error {
-	if h.s.PutStall {
+	return placeTree(h.s, stream, h.AgentServer.Restore)
+}
+
+// treeStream is a Put's or a Restore's stream: requests in, the placed
+// tree's stats out.
+type treeStream[Req any] = grpc.ClientStreamingServer[Req, agentv1.PutResponse]
+
+// placeTree answers a Put or a Restore as s says: the real agent's
+// (real), a stall after the first request, or the real agent's with one
+// file more counted than it placed.
+func placeTree[Req any](s Scenario, stream treeStream[Req], real func(treeStream[Req]) error) error {
+	switch {
+	case s.PutStall:
 		if _, err := stream.Recv(); err != nil {
 			return err
 		}
 		return stall(stream.Context())
+	case !s.PutLie:
+		return real(stream)
 	}
-	if !h.s.PutLie {
-		return h.AgentServer.Restore(stream)
-	}
-	lr := &lyingRestore{ClientStreamingServer: stream}
-	if err := h.AgentServer.Restore(lr); err != nil {
+	held := &heldResponse[Req]{ClientStreamingServer: stream}
+	if err := real(held); err != nil {
 		return err
 	}
-	r := lr.resp
+	r := held.resp
 	if r == nil {
 		r = &agentv1.PutResponse{}
 	}
@@ -266,12 +240,13 @@ func (h *server) Restore(stream agentv1.Agent_RestoreServer) error {
 	return stream.SendAndClose(r)
 }
 
-type lyingRestore struct {
-	grpc.ClientStreamingServer[agentv1.RestoreRequest, agentv1.PutResponse]
+// heldResponse keeps the real agent's response back, to be sent changed.
+type heldResponse[Req any] struct {
+	grpc.ClientStreamingServer[Req, agentv1.PutResponse]
 	resp *agentv1.PutResponse
 }
 
-func (l *lyingRestore) SendAndClose(r *agentv1.PutResponse) error {
+func (l *heldResponse[Req]) SendAndClose(r *agentv1.PutResponse) error {
 	l.resp = r
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
 )
 
 // ScenarioPath is where the agent at exe reads its scenario: a dot file
@@ -27,29 +27,14 @@ var (
 	buildErr  error
 )
 
-// home is HOME when the test binary started: tests that point HOME at a
-// temporary directory must not send the build to an empty Go build cache.
-var home, cacheHome = os.Getenv("HOME"), os.Getenv("XDG_CACHE_HOME")
-
 // binary builds the hostile agent for this machine, once per process.
 func binary() ([]byte, error) {
 	buildOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		dir, err := os.MkdirTemp("", "ferry-hostile-")
-		if err != nil {
-			buildErr = err
-			return
+		var out []byte
+		built, out, buildErr = agenttest.GoBuild("./transfer/agent/agenttest/hostile/cmd/hostile-agent", runtime.GOARCH)
+		if buildErr != nil {
+			buildErr = fmt.Errorf("build hostile agent: %w\n%s", buildErr, out)
 		}
-		defer os.RemoveAll(dir)
-		out := filepath.Join(dir, "hostile-agent")
-		cmd := exec.Command("go", "build", "-trimpath", "-tags", "grpcnotrace", "-o", out, "./cmd/hostile-agent")
-		cmd.Dir = filepath.Dir(file)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "HOME="+home, "XDG_CACHE_HOME="+cacheHome)
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build hostile agent: %w\n%s", err, msg)
-			return
-		}
-		built, buildErr = os.ReadFile(out)
 	})
 	return built, buildErr
 }
