@@ -249,27 +249,14 @@ func WithWaiting(ctx context.Context, f func(waiting bool)) context.Context {
 // LockTTL/20 (at least 10 ms), or with ctx's error.
 func (s *Store) waitPrunes(ctx context.Context) error {
 	poll := max(s.cfg.LockTTL/20, 10*time.Millisecond)
-	if f, ok := ctx.Value(waitingKey{}).(func(bool)); ok && f != nil {
-		waiting := false
-		defer func() {
-			if waiting {
-				f(false)
-			}
-		}()
-		tell := func() {
-			if !waiting {
-				waiting = true
-				f(true)
-			}
+	tell, _ := ctx.Value(waitingKey{}).(func(bool))
+	waiting := false
+	defer func() {
+		if waiting && tell != nil {
+			tell(false)
 		}
-		return s.pollPrunes(ctx, poll, tell)
-	}
-	return s.pollPrunes(ctx, poll, func() {})
-}
-
-// pollPrunes is waitPrunes' loop; wait is called before each wait.
-func (s *Store) pollPrunes(ctx context.Context, poll time.Duration, wait func()) error {
-	for logged := false; ; {
+	}()
+	for {
 		ls, err := s.locks(ctx, pruneLockPrefix)
 		if err != nil {
 			return err
@@ -285,11 +272,13 @@ func (s *Store) pollPrunes(ctx context.Context, poll time.Duration, wait func())
 		if live == nil {
 			return nil
 		}
-		if !logged {
+		if !waiting {
 			slog.Info("session: waiting for a prune to finish", "lock", live.Name, "host", live.body.Host, "pid", live.body.PID)
-			logged = true
+			waiting = true
+			if tell != nil {
+				tell(true)
+			}
 		}
-		wait()
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("wait for prune %s: %w", live.Name, ctx.Err())
