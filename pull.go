@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // Artifacts are the files a Rascal worker writes into its meta directory,
@@ -50,7 +51,7 @@ type PullResult struct {
 // each file replaced atomically (rename), after the whole stream has been
 // checked. Absent optional files are listed in Missing; an absent
 // meta.json is ErrNoMeta, with everything else still saved.
-func Pull(ctx context.Context, sb Sandbox, metaDir, out string, limits transfer.Limits) (_ PullResult, err error) {
+func Pull(ctx context.Context, sb Sandbox, metaDir, out string, limits archive.Limits) (_ PullResult, err error) {
 	start := time.Now()
 	res := PullResult{}
 	if metaDir == "" {
@@ -62,9 +63,9 @@ func Pull(ctx context.Context, sb Sandbox, metaDir, out string, limits transfer.
 	if err != nil {
 		return res, err
 	}
-	defer r.close()
+	defer r.Close()
 	res, err = pull(ctx, sb, r, metaDir, out, limits)
-	if cerr := r.close(); cerr != nil && err == nil {
+	if cerr := r.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("pull from %s: %w", sb.Name, cerr)
 	}
 	res.Seconds = time.Since(start).Seconds()
@@ -72,9 +73,9 @@ func Pull(ctx context.Context, sb Sandbox, metaDir, out string, limits transfer.
 }
 
 // pull is Pull through an open remote.
-func pull(ctx context.Context, sb Sandbox, r remote, metaDir, out string, limits transfer.Limits) (PullResult, error) {
-	res := PullResult{Mode: r.mode()}
-	present, err := r.present(ctx, metaDir, Artifacts)
+func pull(ctx context.Context, sb Sandbox, r transfer.Remote, metaDir, out string, limits archive.Limits) (PullResult, error) {
+	res := PullResult{Mode: r.Mode().String()}
+	present, err := r.Present(ctx, metaDir, Artifacts)
 	if err != nil {
 		return res, err
 	}
@@ -96,7 +97,7 @@ func pull(ctx context.Context, sb Sandbox, r remote, metaDir, out string, limits
 			return res, fmt.Errorf("create staging dir: %w", err)
 		}
 		defer os.RemoveAll(stage)
-		cs, err := r.download(ctx, metaDir, present, stage, transfer.PlaceInto, limits)
+		cs, err := r.Download(ctx, metaDir, present, stage, archive.PlaceInto, limits)
 		if err != nil {
 			return res, fmt.Errorf("pull from %s:%s: %w", sb.Name, metaDir, err)
 		}

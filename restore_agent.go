@@ -10,6 +10,7 @@ import (
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // restoreSnapshot builds snapshot m at dest through the agent's Restore:
@@ -23,20 +24,20 @@ import (
 // nothing, as it places the tree only after the whole stream. A chunk the
 // agent refuses is looked at again here, so that the error says whether
 // the store or the channel damaged it.
-func (a agentRemote) restoreSnapshot(ctx context.Context, st *session.Store, m *session.Manifest, dest string, place transfer.Placement) (CopyStats, error) {
+func restoreSnapshot(ctx context.Context, sb Sandbox, c *agent.Client, st *session.Store, m *session.Manifest, dest string, place archive.Placement) (CopyStats, error) {
 	entries := make([]agent.RestoreEntry, 0, len(m.Entries)+1)
-	if place == transfer.PlaceNew {
-		entries = append(entries, agent.RestoreEntry{Path: ".", Kind: transfer.Dir, Mode: 0o700, MTime: m.Time})
+	if place == archive.PlaceNew {
+		entries = append(entries, agent.RestoreEntry{Path: ".", Kind: archive.Dir, Mode: 0o700, MTime: m.Time})
 	}
 	for i := range m.Entries {
 		e := &m.Entries[i]
 		re := agent.RestoreEntry{Path: e.Path, Mode: e.Mode, MTime: e.ModTime(), Size: e.Size, Target: e.Target}
 		kind, ok := snapshotKinds[e.Kind]
 		if !ok {
-			return CopyStats{}, fmt.Errorf("entry %q: %w: kind %q", e.Path, transfer.ErrUnsupported, e.Kind)
+			return CopyStats{}, fmt.Errorf("entry %q: %w: kind %q", e.Path, archive.ErrUnsupported, e.Kind)
 		}
 		re.Kind = kind
-		if kind == transfer.File {
+		if kind == archive.File {
 			re.Chunks = make([]agent.ChunkRef, len(e.Chunks))
 			for j, c := range e.Chunks {
 				re.Chunks[j] = agent.ChunkRef{ID: c.ID, Size: c.Size}
@@ -44,18 +45,18 @@ func (a agentRemote) restoreSnapshot(ctx context.Context, st *session.Store, m *
 		}
 		entries = append(entries, re)
 	}
-	staging := transfer.StagingPrefix + randomTag()
+	staging := archive.StagingPrefix + archive.RandomTag()
 	pf := startPrefetch(ctx, st, m, entries, prefetchWindow)
 	defer pf.close()
-	res, err := a.c.Restore(ctx, agent.RestoreSpec{Dest: dest, Place: place, Staging: staging}, entries, pf.next)
-	logStale(a.log, a.sb.Name, "sandbox", dest, res.StaleStaging, nil)
+	res, err := c.Restore(ctx, agent.RestoreSpec{Dest: dest, Place: place, Staging: staging}, entries, pf.next)
+	transfer.LogStale(sb.log(), sb.Name, "sandbox", dest, res.StaleStaging, nil)
 	if err != nil {
-		stagingPath := path.Join(transfer.StagingParent(dest, place), staging)
+		stagingPath := path.Join(archive.StagingParent(dest, place), staging)
 		// A stream the host broke off (a chunk it could not read) is
 		// half-closed by Restore, and the agent removes its staging
 		// before it answers; only a lost agent leaves one behind.
-		if a.c.Lost() {
-			a.removeStaging(ctx, stagingPath)
+		if c.Lost() {
+			transfer.RemoveStaging(ctx, sb.target(), stagingPath)
 		}
 		var ce *agent.ChunkError
 		if errors.As(err, &ce) {
@@ -63,7 +64,7 @@ func (a agentRemote) restoreSnapshot(ctx context.Context, st *session.Store, m *
 		}
 		return CopyStats{}, err
 	}
-	return statsOf(res), nil
+	return transfer.StatsOf(res), nil
 }
 
 // blameChunk turns the agent's refusal of a chunk into the store's
@@ -78,7 +79,7 @@ func blameChunk(ctx context.Context, st *session.Store, m *session.Manifest, ce 
 	if rerr != nil {
 		return errors.Join(err, rerr)
 	}
-	return fmt.Errorf("%w: the sandbox refused chunk %s of %q, which is intact in the store: %v", transfer.ErrDigest, id, ce.Path, err)
+	return fmt.Errorf("%w: the sandbox refused chunk %s of %q, which is intact in the store: %v", archive.ErrDigest, id, ce.Path, err)
 }
 
 // prefetchWindow bounds the chunks a restore reads ahead of its stream:

@@ -16,6 +16,7 @@ import (
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/posix"
 )
 
@@ -50,9 +51,9 @@ type SessionSaveResult struct {
 // whole directory into a private temp directory on this host (0700,
 // removed afterwards) and chunks it here; the store still dedups. Both
 // modes refuse what a restore would refuse, naming the entry: a symlink
-// that resolves outside the directory (transfer.ErrLinkEscape: by the
+// that resolves outside the directory (archive.ErrLinkEscape: by the
 // download's extractor in POSIX mode, by Store.Save in agent mode), a
-// tree over the restore's limits (transfer.ErrLimit).
+// tree over the restore's limits (archive.ErrLimit).
 //
 // A save that returns no error committed its snapshot, even when the
 // channel failed after the commit: that failure is in the result's
@@ -76,12 +77,12 @@ func SaveSession(ctx context.Context, sb Sandbox, st *session.Store, remoteDir, 
 	if err != nil {
 		return SessionSaveResult{}, err
 	}
-	defer r.close()
+	defer r.Close()
 	res, err := saveSession(ctx, sb, r, st, remoteDir, key)
 	if err != nil {
 		return res, err
 	}
-	if err := r.close(); err != nil {
+	if err := r.Close(); err != nil {
 		// The snapshot is committed and complete: the channel failed
 		// after. Failing the save would send a caller to retry it.
 		res.RelayLost = err.Error()
@@ -91,20 +92,20 @@ func SaveSession(ctx context.Context, sb Sandbox, st *session.Store, remoteDir, 
 }
 
 // saveSession is SaveSession through an open remote.
-func saveSession(ctx context.Context, sb Sandbox, r remote, st *session.Store, remoteDir, key string) (SessionSaveResult, error) {
+func saveSession(ctx context.Context, sb Sandbox, r transfer.Remote, st *session.Store, remoteDir, key string) (SessionSaveResult, error) {
 	start := time.Now()
-	kind, err := r.stat(ctx, remoteDir, true)
+	kind, err := r.Stat(ctx, remoteDir, true)
 	if err != nil {
 		return SessionSaveResult{}, fmt.Errorf("save session: stat %s:%s: %w", sb.Name, remoteDir, err)
 	}
 	switch kind {
-	case transfer.Dir:
-	case transfer.Missing:
+	case archive.Dir:
+	case archive.Missing:
 		return SessionSaveResult{}, fmt.Errorf("save session %s:%s: %w", sb.Name, remoteDir, ErrNoSource)
 	default:
 		return SessionSaveResult{}, fmt.Errorf("save session %s:%s: %w", sb.Name, remoteDir, ErrNotDir)
 	}
-	src, wire := sessionSource(r, remoteDir)
+	src, wire := sessionSource(sb, r, remoteDir)
 	m, err := st.Save(ctx, key, src)
 	if err != nil {
 		return SessionSaveResult{}, fmt.Errorf("save session %s:%s: %w", sb.Name, remoteDir, err)
@@ -112,7 +113,7 @@ func saveSession(ctx context.Context, sb Sandbox, r remote, st *session.Store, r
 	return SessionSaveResult{
 		Key: key, Snapshot: m.Seq, Files: m.Files, Bytes: m.Bytes,
 		NewBytes: m.NewBytes, NewChunks: m.NewChunks, WireBytes: wire(),
-		Seconds: time.Since(start).Seconds(), Mode: r.mode(),
+		Seconds: time.Since(start).Seconds(), Mode: r.Mode().String(),
 	}, nil
 }
 
@@ -122,12 +123,12 @@ func saveSession(ctx context.Context, sb Sandbox, r remote, st *session.Store, r
 // where a mode chooses how a session leaves the sandbox: the agent chunks
 // and hashes next to the data; POSIX mode downloads the whole directory
 // and chunks it on the host (the store still dedups).
-func sessionSource(r remote, dir string) (session.Source, func() int64) {
-	if a, ok := r.(agentRemote); ok {
+func sessionSource(sb Sandbox, r transfer.Remote, dir string) (session.Source, func() int64) {
+	if c := r.Agent(); c != nil {
 		// Chunked and hashed next to the data; only what the store lacks
 		// crosses the relay, and files unchanged since the last snapshot
 		// are not read at all.
-		src := &session.AgentSource{Client: a.c, Dir: dir, ReuseUnchanged: true, Compress: a.compress}
+		src := &session.AgentSource{Client: c, Dir: dir, ReuseUnchanged: true, Compress: sb.Compress}
 		return src, func() int64 { return src.WireBytes }
 	}
 	d := &downloadSource{r: r, dir: dir}
@@ -139,7 +140,7 @@ func sessionSource(r remote, dir string) (session.Source, func() int64) {
 // that as a session.DirSource. The store still dedups: only chunks it
 // lacks are written.
 type downloadSource struct {
-	r    remote
+	r    transfer.Remote
 	dir  string
 	wire atomic.Int64
 }
@@ -156,7 +157,7 @@ func (d *downloadSource) Scan(ctx context.Context, prev *session.Parent, sink se
 	}
 	defer removeTree(tmp)
 	local := filepath.Join(tmp, "tree")
-	cs, err := d.r.download(ctx, d.dir, []string{"."}, local, transfer.PlaceNew, transfer.Limits{})
+	cs, err := d.r.Download(ctx, d.dir, []string{"."}, local, archive.PlaceNew, archive.Limits{})
 	d.wire.Add(cs.WireBytes)
 	if err != nil {
 		return fmt.Errorf("download %s: %w", d.dir, err)
@@ -249,12 +250,12 @@ func RestoreSession(ctx context.Context, sb Sandbox, st *session.Store, key, rem
 	if err != nil {
 		return SessionRestoreResult{}, err
 	}
-	defer r.close()
+	defer r.Close()
 	res, err := restoreSession(ctx, sb, r, st, key, remoteDir, opts)
 	if err != nil {
 		return res, err
 	}
-	if err := r.close(); err != nil {
+	if err := r.Close(); err != nil {
 		return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, sb.Name, remoteDir, err)
 	}
 	res.Seconds = time.Since(start).Seconds()
@@ -265,7 +266,7 @@ func RestoreSession(ctx context.Context, sb Sandbox, st *session.Store, key, rem
 // remote reports missing (a fresh sandbox, the usual case) costs no exec
 // beyond r's; an existing one is probed, and a replaced one swapped, by
 // the sandbox's sh.
-func restoreSession(ctx context.Context, sb Sandbox, r remote, st *session.Store, key, remoteDir string, opts SessionRestoreOptions) (SessionRestoreResult, error) {
+func restoreSession(ctx context.Context, sb Sandbox, r transfer.Remote, st *session.Store, key, remoteDir string, opts SessionRestoreOptions) (SessionRestoreResult, error) {
 	start := time.Now()
 	if err := checkSessionPath(remoteDir); err != nil {
 		return SessionRestoreResult{}, err
@@ -277,7 +278,7 @@ func restoreSession(ctx context.Context, sb Sandbox, r remote, st *session.Store
 	if err != nil {
 		return SessionRestoreResult{}, fmt.Errorf("restore session %s: %w", key, err)
 	}
-	ar, viaAgent := r.(agentRemote)
+	viaAgent := r.Agent() != nil
 	// The agent checks every chunk's content before writing it; POSIX
 	// mode's tar cannot, so the host reads and checks them all first.
 	check := st.Check
@@ -288,18 +289,18 @@ func restoreSession(ctx context.Context, sb Sandbox, r remote, st *session.Store
 		return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: nothing written: %w", key, sb.Name, remoteDir, err)
 	}
 	state := "missing"
-	if k, err := r.stat(ctx, remoteDir, false); err != nil {
+	if k, err := r.Stat(ctx, remoteDir, false); err != nil {
 		return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, sb.Name, remoteDir, err)
-	} else if k != transfer.Missing {
+	} else if k != archive.Missing {
 		if state, err = probeTarget(ctx, sb, r, remoteDir); err != nil {
 			return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, sb.Name, remoteDir, err)
 		}
 	}
-	dest, place, swap := remoteDir, transfer.PlaceNew, false
+	dest, place, swap := remoteDir, archive.PlaceNew, false
 	switch state {
 	case "missing":
 	case "empty":
-		place = transfer.PlaceInto
+		place = archive.PlaceInto
 	case "full":
 		if !opts.Replace {
 			return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w (use Replace)", key, sb.Name, remoteDir, session.ErrNotEmpty)
@@ -308,16 +309,16 @@ func restoreSession(ctx context.Context, sb Sandbox, r remote, st *session.Store
 		if clean == "." || clean == "/" {
 			return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: will not replace the workspace or the root", key, sb.Name, remoteDir)
 		}
-		dest, swap = path.Join(path.Dir(clean), restorePrefix+randomTag()), true
+		dest, swap = path.Join(path.Dir(clean), restorePrefix+archive.RandomTag()), true
 	default:
 		return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, sb.Name, remoteDir, ErrNotDir)
 	}
 	var cs CopyStats
 	if viaAgent {
-		cs, err = ar.restoreSnapshot(ctx, st, m, dest, place)
+		cs, err = restoreSnapshot(ctx, sb, r.Agent(), st, m, dest, place)
 	} else {
-		fill := func(w *transfer.Writer) error { return writeSnapshot(ctx, st, m, w, place == transfer.PlaceNew) }
-		cs, err = r.uploadStream(ctx, fill, dest, place, m.Files+m.Dirs+m.Symlinks)
+		fill := func(w *archive.Writer) error { return writeSnapshot(ctx, st, m, w, place == archive.PlaceNew) }
+		cs, err = r.Upload(ctx, fill, dest, place, m.Files+m.Dirs+m.Symlinks)
 	}
 	if err != nil {
 		return SessionRestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, sb.Name, remoteDir, err)
@@ -329,15 +330,15 @@ func restoreSession(ctx context.Context, sb Sandbox, r remote, st *session.Store
 	}
 	return SessionRestoreResult{
 		Key: key, Snapshot: m.Seq, Files: cs.Files, Dirs: cs.Dirs, Symlinks: cs.Symlinks,
-		Bytes: cs.Bytes, WireBytes: cs.WireBytes, Seconds: time.Since(start).Seconds(), Mode: r.mode(),
+		Bytes: cs.Bytes, WireBytes: cs.WireBytes, Seconds: time.Since(start).Seconds(), Mode: r.Mode().String(),
 	}, nil
 }
 
 // snapshotKinds maps a snapshot entry's kind to the archive's.
-var snapshotKinds = map[session.Kind]transfer.Kind{
-	session.KindDir:     transfer.Dir,
-	session.KindSymlink: transfer.Symlink,
-	session.KindFile:    transfer.File,
+var snapshotKinds = map[session.Kind]archive.Kind{
+	session.KindDir:     archive.Dir,
+	session.KindSymlink: archive.Symlink,
+	session.KindFile:    archive.File,
 }
 
 // restorePrefix begins the hidden sibling a replacing restore builds.
@@ -346,7 +347,7 @@ const restorePrefix = ".ferry-restore-"
 // checkSessionPath refuses what cannot be passed as one argument.
 func checkSessionPath(p string) error {
 	if p == "" || strings.ContainsAny(p, "\x00\n") {
-		return fmt.Errorf("restore session: remote path %q: %w", p, transfer.ErrUnsafePath)
+		return fmt.Errorf("restore session: remote path %q: %w", p, archive.ErrUnsafePath)
 	}
 	return nil
 }
@@ -354,16 +355,16 @@ func checkSessionPath(p string) error {
 // writeSnapshot writes m's tree to w from the store's chunks, each checked
 // against its ID as it is read; with root, first a root entry of mode 0700
 // for a PlaceNew destination.
-func writeSnapshot(ctx context.Context, st *session.Store, m *session.Manifest, w *transfer.Writer, root bool) error {
+func writeSnapshot(ctx context.Context, st *session.Store, m *session.Manifest, w *archive.Writer, root bool) error {
 	if root {
-		if err := w.WriteEntry(ctx, transfer.Header{Name: ".", Kind: transfer.Dir, Mode: 0o700, ModTime: m.Time}, nil); err != nil {
+		if err := w.WriteEntry(ctx, archive.Header{Name: ".", Kind: archive.Dir, Mode: 0o700, ModTime: m.Time}, nil); err != nil {
 			return err
 		}
 	}
 	cr := &chunkReader{ctx: ctx, st: st, buf: make([]byte, session.MaxChunkSize)}
 	for i := range m.Entries {
 		e := &m.Entries[i]
-		h := transfer.Header{Name: e.Path, Mode: e.Mode, ModTime: e.ModTime(), Size: e.Size, Target: e.Target}
+		h := archive.Header{Name: e.Path, Mode: e.Mode, ModTime: e.ModTime(), Size: e.Size, Target: e.Target}
 		var r io.Reader
 		var ok bool
 		if h.Kind, ok = snapshotKinds[e.Kind]; !ok {
@@ -416,7 +417,7 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 // symlink included). The globs list hidden names too. Names that start
 // with $2 and go on in hex digits (and maybe "." and a pid) are not
 // counted: they are the staging directories of the mode the restore runs
-// in (transfer.StagingPrefix, posix.TempPrefix), which an earlier restore
+// in (archive.StagingPrefix, posix.TempPrefix), which an earlier restore
 // into this directory left when it was cut off; the restore removes them
 // (when stale) before it stages, so that such a leftover does not make a
 // retry refuse the directory as not empty.
@@ -427,9 +428,9 @@ const probeScript = `if [ -L "$1" ]; then echo other; elif [ -d "$1" ]; then s=e
 
 // probeTarget runs probeScript in the sandbox; r's mode says which
 // staging names it passes over.
-func probeTarget(ctx context.Context, sb Sandbox, r remote, dir string) (string, error) {
-	staging := transfer.StagingPrefix
-	if _, ok := r.(posixRemote); ok {
+func probeTarget(ctx context.Context, sb Sandbox, r transfer.Remote, dir string) (string, error) {
+	staging := archive.StagingPrefix
+	if r.Mode() == transfer.ModePOSIX {
 		staging = posix.TempPrefix
 	}
 	out, err := shOut(ctx, sb, probeScript, dir, staging)
@@ -454,7 +455,7 @@ const swapScript = `mv -- "$2" "$3" || exit 1; if ! mv -- "$1" "$2"; then mv -- 
 // swapIn moves the new tree at newDir to dir, whose old content goes.
 // On failure it removes newDir, as long as the sandbox can be reached.
 func swapIn(ctx context.Context, sb Sandbox, newDir, dir string) error {
-	old := path.Join(path.Dir(newDir), restorePrefix+randomTag())
+	old := path.Join(path.Dir(newDir), restorePrefix+archive.RandomTag())
 	if _, err := shOut(ctx, sb, swapScript, newDir, dir, old); err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ferry-dev/ferry/session"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // SessionRepairResult is what RepairSession stored again, in the shape
@@ -53,20 +53,20 @@ func RepairSession(ctx context.Context, sb Sandbox, st *session.Store, remoteDir
 	if err != nil {
 		return res, err
 	}
-	defer r.close()
-	res.Mode = r.mode()
-	kind, err := r.stat(ctx, remoteDir, true)
+	defer r.Close()
+	res.Mode = r.Mode().String()
+	kind, err := r.Stat(ctx, remoteDir, true)
 	if err != nil {
 		return res, fmt.Errorf("repair session: stat %s:%s: %w", sb.Name, remoteDir, err)
 	}
 	switch kind {
-	case transfer.Dir:
-	case transfer.Missing:
+	case archive.Dir:
+	case archive.Missing:
 		return res, fmt.Errorf("repair session from %s:%s: %w", sb.Name, remoteDir, ErrNoSource)
 	default:
 		return res, fmt.Errorf("repair session from %s:%s: %w", sb.Name, remoteDir, ErrNotDir)
 	}
-	src, wire := sessionSource(r, remoteDir)
+	src, wire := sessionSource(sb, r, remoteDir)
 	rep, err := st.RepairChunks(ctx, missing, src)
 	res.WireBytes = wire()
 	if rep != nil {
@@ -76,7 +76,7 @@ func RepairSession(ctx context.Context, sb Sandbox, st *session.Store, remoteDir
 	if err != nil {
 		return res, fmt.Errorf("repair session from %s:%s: %w", sb.Name, remoteDir, err)
 	}
-	if err := r.close(); err != nil {
+	if err := r.Close(); err != nil {
 		// The chunks are stored: the channel failed after.
 		return res, fmt.Errorf("repair session from %s:%s: %d chunk(s) stored, then: %w", sb.Name, remoteDir, len(res.Restored), err)
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/openshell"
 	"github.com/ferry-dev/ferry/session"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
@@ -362,7 +362,7 @@ func testSessionRestoreSparesLiveStaging(t *testing.T, mode ferry.Mode) {
 		t.Fatalf("the held restore's staging: %v, want one", live)
 	}
 	// And a stale one, as a killed transfer leaves it.
-	stale := filepath.Join(sub, map[ferry.Mode]string{ferry.ModePOSIX: ".ferry-up-00ff", ferry.ModeAgent: transfer.StagingPrefix + "00ff"}[mode])
+	stale := filepath.Join(sub, map[ferry.Mode]string{ferry.ModePOSIX: ".ferry-up-00ff", ferry.ModeAgent: archive.StagingPrefix + "00ff"}[mode])
 	marker := map[ferry.Mode][2]string{ferry.ModePOSIX: {"pid", "999999999\n"}, ferry.ModeAgent: {"lock", "ferry staging directory\npid 999999999\n"}}[mode]
 	write(t, stale, map[string]string{marker[0]: marker[1], "tree/half": "half"})
 
@@ -420,7 +420,7 @@ func testDownloadCancelledStaging(t *testing.T, mode variant) {
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	_, err := ferry.Download(cctx, e.sb, []string{"tree"}, dst, transfer.Limits{})
+	_, err := ferry.Download(cctx, e.sb, []string{"tree"}, dst, archive.Limits{})
 	cancel()
 	<-staged
 	if err == nil {
@@ -429,9 +429,9 @@ func testDownloadCancelledStaging(t *testing.T, mode variant) {
 	if des, _ := os.ReadDir(local); len(des) != 0 {
 		t.Fatalf("a cancelled download left %v", des)
 	}
-	stale := filepath.Join(local, transfer.StagingPrefix+"0badc0de")
+	stale := filepath.Join(local, archive.StagingPrefix+"0badc0de")
 	write(t, stale, map[string]string{"lock": "ferry staging directory\npid 999999999\n", "tree/tree/f0": "half"})
-	if _, err := ferry.Download(ctx(t), e.sb, []string{"tree"}, dst, transfer.Limits{}); err != nil {
+	if _, err := ferry.Download(ctx(t), e.sb, []string{"tree"}, dst, archive.Limits{}); err != nil {
 		t.Fatal(err)
 	}
 	if des, _ := os.ReadDir(local); len(des) != 1 || des[0].Name() != "down" {

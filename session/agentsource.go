@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/cdc"
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
@@ -60,8 +60,8 @@ var ErrAgent = errors.New("session: invalid answer from the agent")
 // that another key holds already.
 //
 // Any violation fails the save, which then commits nothing; the error
-// matches ErrAgent, transfer.ErrLimit or transfer.ErrLinkEscape for an
-// entry, or transfer.ErrDigest for a chunk's bytes (including a zstd frame
+// matches ErrAgent, archive.ErrLimit or archive.ErrLinkEscape for an
+// entry, or archive.ErrDigest for a chunk's bytes (including a zstd frame
 // the store's reader would refuse).
 //
 // A file written to between the scan and the fetch of its chunks fails the
@@ -173,7 +173,7 @@ func (a *AgentSource) entry(se *agentv1.ScanEntry, w *agentWalk) (Entry, []*agen
 		return bad("unsafe path")
 	}
 	if w.n > 0 {
-		switch transfer.CompareWalk(w.last, p) {
+		switch archive.CompareWalk(w.last, p) {
 		case 0:
 			return bad("duplicate")
 		case 1:
@@ -218,8 +218,8 @@ func (a *AgentSource) entry(se *agentv1.ScanEntry, w *agentWalk) (Entry, []*agen
 			e.Chunks = o.Chunks
 			return e, nil, nil
 		}
-		if e.Size > transfer.DefaultLimits.MaxFileSize {
-			return Entry{}, nil, fmt.Errorf("%w: entry %q: file of %d bytes, a restore takes at most %d", transfer.ErrLimit, p, e.Size, transfer.DefaultLimits.MaxFileSize)
+		if e.Size > archive.DefaultLimits.MaxFileSize {
+			return Entry{}, nil, fmt.Errorf("%w: entry %q: file of %d bytes, a restore takes at most %d", archive.ErrLimit, p, e.Size, archive.DefaultLimits.MaxFileSize)
 		}
 		// cdc.Default cuts no chunk but the last under its Min: a list of
 		// smaller ones (a million one-byte references to one chunk) is a

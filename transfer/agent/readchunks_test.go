@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/cdc"
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
@@ -246,7 +246,7 @@ func TestReadChunksHostileAgent(t *testing.T) {
 				}
 				return nil
 			})
-			if !errors.Is(err, transfer.ErrDigest) {
+			if !errors.Is(err, archive.ErrDigest) {
 				t.Fatalf("got %v, want ErrDigest", err)
 			}
 		})
