@@ -332,14 +332,14 @@ func testHostileAgentSession(t *testing.T, sk storeKind) {
 	// minimum), so their chunk ids are the SHA-256 of their content.
 	secret1, secret2 := randomBytes(1, 3000), randomBytes(2, 2500)
 	write(t, h.victimRoot, map[string]string{"sess/secret1": string(secret1), "sess/secret2": string(secret2)})
-	if _, err := ferry.SaveSession(ctx(t), h.victim, st, "sess", "victim"); err != nil {
+	if _, err := ferry.SaveSession(ctx(t), h.victim, st, session.SaveSpec{Dir: "sess", Key: "victim"}); err != nil {
 		t.Fatal(err)
 	}
 	id1, id2 := sha256.Sum256(secret1), sha256.Sum256(secret2)
 	victimIntact := func(t *testing.T) {
 		t.Helper()
 		dst := fmt.Sprintf("restored-%d", time.Now().UnixNano())
-		if _, err := ferry.RestoreSession(ctx(t), h.victim, st, "victim", dst, ferry.SessionRestoreOptions{}); err != nil {
+		if _, err := ferry.RestoreSession(ctx(t), h.victim, st, session.RestoreSpec{Key: "victim", Dir: dst}); err != nil {
 			t.Fatalf("restore of the victim key: %v", err)
 		}
 		for name, want := range map[string][]byte{"secret1": secret1, "secret2": secret2} {
@@ -359,7 +359,7 @@ func testHostileAgentSession(t *testing.T, sk storeKind) {
 		t.Helper()
 		h.lie(t, s)
 		before := objects(t, b)
-		_, err := ferry.SaveSession(ctx(t), h.sb, st, "sess", "attacker")
+		_, err := ferry.SaveSession(ctx(t), h.sb, st, session.SaveSpec{Dir: "sess", Key: "attacker"})
 		h.served(t)
 		if err == nil {
 			t.Fatal("the hostile save succeeded")
@@ -424,7 +424,7 @@ func testHostileAgentSession(t *testing.T, sk storeKind) {
 	t.Run("restore-lies", func(t *testing.T) {
 		h.lie(t, hostile.Scenario{PutLie: true})
 		before := objects(t, b)
-		_, err := ferry.RestoreSession(ctx(t), h.sb, st, "victim", "from-victim", ferry.SessionRestoreOptions{})
+		_, err := ferry.RestoreSession(ctx(t), h.sb, st, session.RestoreSpec{Key: "victim", Dir: "from-victim"})
 		h.served(t)
 		if !errors.Is(err, archive.ErrDigest) {
 			t.Fatalf("restore through a lying agent: err = %v, want archive.ErrDigest", err)

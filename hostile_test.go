@@ -384,7 +384,7 @@ func TestHostileSandboxTarSession(t *testing.T) {
 			st, b := sk.open(t)
 			victim := map[string]string{"secret": "the victim's", "d/": "", "d/more": "more"}
 			write(t, filepath.Join(e.root, "sess"), victim)
-			if _, err := ferry.SaveSession(ctx(t), e.sb, st, "sess", "victim"); err != nil {
+			if _, err := ferry.SaveSession(ctx(t), e.sb, st, session.SaveSpec{Dir: "sess", Key: "victim"}); err != nil {
 				t.Fatal(err)
 			}
 			fixtures, err := filepath.Abs(filepath.Join("testdata", "archives"))
@@ -394,7 +394,7 @@ func TestHostileSandboxTarSession(t *testing.T) {
 			before := objects(t, b)
 			for _, name := range refused {
 				plantTar(t, e, "exec cat '"+filepath.Join(fixtures, name+".tar")+"'")
-				_, err := ferry.SaveSession(ctx(t), e.sb, st, "sess", "attacker")
+				_, err := ferry.SaveSession(ctx(t), e.sb, st, session.SaveSpec{Dir: "sess", Key: "attacker"})
 				var ee *archive.EntryError
 				if err == nil || (!errors.As(err, &ee) && !errors.Is(err, archive.ErrTruncated)) {
 					t.Fatalf("%s: save: err = %v, want an archive.EntryError naming the entry", name, err)
@@ -406,7 +406,7 @@ func TestHostileSandboxTarSession(t *testing.T) {
 			if err := os.Remove(filepath.Join(e.root, "bin", "tar")); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := ferry.RestoreSession(ctx(t), e.sb, st, "victim", "again", ferry.SessionRestoreOptions{}); err != nil {
+			if _, err := ferry.RestoreSession(ctx(t), e.sb, st, session.RestoreSpec{Key: "victim", Dir: "again"}); err != nil {
 				t.Fatal(err)
 			}
 			sameTree(t, tree(t, filepath.Join(e.root, "again")), victim)
@@ -443,7 +443,7 @@ func TestIdleNotForSessionWait(t *testing.T) {
 	}
 	write(t, e.root, map[string]string{"sess/s": "s"})
 	// Warm the agent, so that the save's own time is the wait.
-	if _, err := ferry.SaveSession(ctx(t), sb, st, "sess", "warm"); err != nil {
+	if _, err := ferry.SaveSession(ctx(t), sb, st, session.SaveSpec{Dir: "sess", Key: "warm"}); err != nil {
 		t.Fatal(err)
 	}
 	t.Run("run", func(t *testing.T) {
@@ -469,7 +469,7 @@ func TestIdleNotForSessionWait(t *testing.T) {
 	t.Run("save", func(t *testing.T) {
 		pruning(t, "89abcdef0123456789abcdef")
 		start := time.Now()
-		res, err := ferry.SaveSession(ctx(t), sb, st, "sess", "task-2")
+		res, err := ferry.SaveSession(ctx(t), sb, st, session.SaveSpec{Dir: "sess", Key: "task-2"})
 		if err != nil || res.Snapshot != 1 {
 			t.Fatalf("save: %+v, %v", res, err)
 		}
@@ -485,19 +485,19 @@ func TestIdleSession(t *testing.T) {
 	h := newHostileBox(t, hostile.Scenario{})
 	st, _ := hostileStores(t)[0].open(t)
 	write(t, h.root, map[string]string{"sess/s": "s"})
-	if _, err := ferry.SaveSession(ctx(t), h.sb, st, "sess", "k"); err != nil {
+	if _, err := ferry.SaveSession(ctx(t), h.sb, st, session.SaveSpec{Dir: "sess", Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	h.served(t)
 	sb := h.sb
 	sb.IdleTimeout = 300 * time.Millisecond
 	h.lie(t, hostile.Scenario{ScanStall: true})
-	if _, err := ferry.SaveSession(ctx(t), sb, st, "sess", "k"); !errors.Is(err, ferry.ErrIdle) {
+	if _, err := ferry.SaveSession(ctx(t), sb, st, session.SaveSpec{Dir: "sess", Key: "k"}); !errors.Is(err, ferry.ErrIdle) {
 		t.Fatalf("save through a stalled agent: err = %v, want ferry.ErrIdle", err)
 	}
 	h.served(t)
 	h.lie(t, hostile.Scenario{PutStall: true})
-	if _, err := ferry.RestoreSession(ctx(t), sb, st, "k", "again", ferry.SessionRestoreOptions{}); !errors.Is(err, ferry.ErrIdle) {
+	if _, err := ferry.RestoreSession(ctx(t), sb, st, session.RestoreSpec{Key: "k", Dir: "again"}); !errors.Is(err, ferry.ErrIdle) {
 		t.Fatalf("restore through a stalled agent: err = %v, want ferry.ErrIdle", err)
 	}
 	h.served(t)

@@ -1,17 +1,13 @@
 package ferry
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
-	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/archive"
 )
@@ -119,50 +115,4 @@ func pull(ctx context.Context, sb Sandbox, r transfer.Remote, metaDir, out strin
 		return res, fmt.Errorf("pull from %s:%s: %w", sb.Name, metaDir, ErrNoMeta)
 	}
 	return res, nil
-}
-
-// listPresent returns which of names are regular files in dir, with one
-// exec. The names are ferry's own constants, passed as arguments.
-func listPresent(ctx context.Context, sb Sandbox, dir string, names []string) ([]string, error) {
-	const script = `cd -- "$1" 2>/dev/null || exit 0; shift; for f; do if [ -f "$f" ] && [ ! -L "$f" ]; then printf '%s\n' "$f"; fi; done`
-	var out, errb bytes.Buffer
-	code, err := sb.X.Exec(ctx, &relay.Command{
-		Sandbox: sb.Name,
-		Argv:    append([]string{"sh", "-c", script, "sh", dir}, names...),
-		Stdout:  &limitedBuffer{buf: &out, max: 64 << 10},
-		Stderr:  &limitedBuffer{buf: &errb, max: 4 << 10},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list %s:%s: %w", sb.Name, dir, err)
-	}
-	if code != 0 {
-		return nil, fmt.Errorf("list %s:%s: exit %d: %s", sb.Name, dir, code, strings.TrimSpace(errb.String()))
-	}
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
-	}
-	var present []string
-	sc := bufio.NewScanner(&out)
-	for sc.Scan() {
-		// A login banner may precede the list; only known names count.
-		if line := sc.Text(); want[line] {
-			present = append(present, line)
-			delete(want, line)
-		}
-	}
-	return present, nil
-}
-
-// limitedBuffer keeps at most max bytes and drops the rest.
-type limitedBuffer struct {
-	buf *bytes.Buffer
-	max int
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	if room := l.max - l.buf.Len(); room > 0 {
-		l.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
 }

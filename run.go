@@ -64,10 +64,10 @@ type SessionMapping struct {
 
 // RunSession is what a run did with one session.
 type RunSession struct {
-	Key      string                `json:"key"`
-	Restored *SessionRestoreResult `json:"restored,omitempty"`
-	Saved    *SessionSaveResult    `json:"saved,omitempty"`
-	Error    string                `json:"error,omitempty"`
+	Key      string                 `json:"key"`
+	Restored *session.RestoreResult `json:"restored,omitempty"`
+	Saved    *session.SaveResult    `json:"saved,omitempty"`
+	Error    string                 `json:"error,omitempty"`
 }
 
 // RunResult is what a run did.
@@ -232,7 +232,7 @@ func prepareRun(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunSpec
 	}
 	var sessions []RunSession
 	for _, m := range spec.Sessions {
-		rr, err := restoreSession(ctx, sb, r, spec.Store, m.Key, m.Remote, SessionRestoreOptions{AllowMissing: true, Replace: true})
+		rr, err := spec.Store.RestoreTo(ctx, r, session.RestoreSpec{Key: m.Key, Dir: m.Remote, AllowMissing: true, Replace: true})
 		if err != nil {
 			return sessions, fmt.Errorf("run: %w", err)
 		}
@@ -275,7 +275,7 @@ func finishThrough(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunS
 	// The session is saved however the command ended: the next run of the
 	// task resumes from it.
 	for i, m := range spec.Sessions {
-		sr, err := saveSession(ctx, sb, r, spec.Store, m.Remote, m.Key)
+		sr, err := spec.Store.SaveFrom(ctx, r, session.SaveSpec{Dir: m.Remote, Key: m.Key})
 		if err != nil {
 			sessions[i].Error = err.Error()
 			if sessionErr == nil {
@@ -419,12 +419,6 @@ func copyPrivate(src, dst string) error {
 // shell runs a short sh script whose arguments are paths; anything but
 // exit 0 is an error.
 func shell(ctx context.Context, sb Sandbox, script string, args ...string) error {
-	code, err := sb.X.Exec(ctx, &relay.Command{Sandbox: sb.Name, Argv: append([]string{"sh", "-c", script, "sh"}, args...)})
-	if err != nil {
-		return err
-	}
-	if code != 0 {
-		return fmt.Errorf("exit status %d", code)
-	}
-	return nil
+	_, err := transfer.Shell(ctx, sb.target(), script, args...)
+	return err
 }

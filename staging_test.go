@@ -213,7 +213,7 @@ func newSavedSession(t *testing.T, mode ferry.Mode, seed uint64, n, extra int) s
 	}
 	write(t, ss.root, files)
 	ss.st, _ = newStore(t, nil)
-	if _, err := ferry.SaveSession(ctx(t), ss.sb, ss.st, "sess", "k"); err != nil {
+	if _, err := ferry.SaveSession(ctx(t), ss.sb, ss.st, session.SaveSpec{Dir: "sess", Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	return ss
@@ -265,7 +265,7 @@ func testSessionRestoreRelayDropStaging(t *testing.T, mode ferry.Mode) {
 				}
 			}()
 			gone := strings.Count(g.Seen.String(), gatewayClientGone)
-			_, err := ferry.RestoreSession(ctx(t), dsb, st, "k", "sub/dst", ferry.SessionRestoreOptions{})
+			_, err := ferry.RestoreSession(ctx(t), dsb, st, session.RestoreSpec{Key: "k", Dir: "sub/dst"})
 			close(done)
 			<-watched
 			if err == nil {
@@ -293,7 +293,7 @@ func testSessionRestoreRelayDropStaging(t *testing.T, mode ferry.Mode) {
 				left++
 			}
 			before := logs.String()
-			if _, err := ferry.RestoreSession(ctx(t), sb, st, "k", "sub/dst", ferry.SessionRestoreOptions{}); err != nil {
+			if _, err := ferry.RestoreSession(ctx(t), sb, st, session.RestoreSpec{Key: "k", Dir: "sub/dst"}); err != nil {
 				t.Fatalf("the next restore: %v", err)
 			}
 			transfertest.EqualTrees(t, filepath.Join(root, "sess"), target)
@@ -345,7 +345,7 @@ func testSessionRestoreSparesLiveStaging(t *testing.T, mode ferry.Mode) {
 	hsb.X = holdRelay{x: c, after: 256 << 10, release: release}
 	held := make(chan error, 1)
 	go func() {
-		_, err := ferry.RestoreSession(context.Background(), hsb, st, "k", "sub/a", ferry.SessionRestoreOptions{})
+		_, err := ferry.RestoreSession(context.Background(), hsb, st, session.RestoreSpec{Key: "k", Dir: "sub/a"})
 		held <- err
 	}()
 	var live []string
@@ -367,7 +367,7 @@ func testSessionRestoreSparesLiveStaging(t *testing.T, mode ferry.Mode) {
 	write(t, stale, map[string]string{marker[0]: marker[1], "tree/half": "half"})
 
 	before := logs.String()
-	if _, err := ferry.RestoreSession(ctx(t), sb, st, "k", "sub/b", ferry.SessionRestoreOptions{}); err != nil {
+	if _, err := ferry.RestoreSession(ctx(t), sb, st, session.RestoreSpec{Key: "k", Dir: "sub/b"}); err != nil {
 		close(release)
 		t.Fatalf("the second restore: %v", err)
 	}

@@ -17,7 +17,7 @@ import (
 // a scan with (the fuzz input is a ScanResponse on the wire): it never
 // panics, refuses with ErrAgent or archive.ErrLimit, and what it accepts
 // is what the manifest reader and a restore take: a valid entry within
-// the restore's file size, no more chunks than cdc.Default cuts, a record
+// the restore's file size, no more chunks than cdc.Default() cuts, a record
 // and a JSON form that read back the same, JSON no shorter than the
 // save's early estimate.
 func FuzzAgentEntry(f *testing.F) {

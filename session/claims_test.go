@@ -347,7 +347,7 @@ func TestAgentSourceFrames(t *testing.T) {
 			}
 		})
 	}
-	if len(data) > cdc.Default.Max {
+	if len(data) > cdc.Default().Max {
 		t.Fatalf("test chunk of %d bytes, over the chunk bound", len(data))
 	}
 }

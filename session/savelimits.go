@@ -32,15 +32,15 @@ func minEntryJSON(e *Entry) int64 {
 	return int64(len(`{"path":"","kind":"dir","mode":0,"mtime":0},`)+len(e.Path)+len(e.Target)) + minChunkJSON*int64(len(e.Chunks))
 }
 
-// maxFileChunks is the most chunks cdc.Default cuts a file of size bytes
-// into: every chunk but the last is over cdc.Default.Min bytes. DirSource
+// maxFileChunks is the most chunks cdc.Default() cuts a file of size bytes
+// into: every chunk but the last is over cdc.Default().Min bytes. DirSource
 // cuts with it, and asks ferry's agent to cut with it; chunk lists a save
 // reuses from its parent were cut by one of them.
 func maxFileChunks(size int64) int64 {
 	if size <= 0 {
 		return 0
 	}
-	return (size-1)/int64(cdc.Default.Min) + 1
+	return (size-1)/int64(cdc.Default().Min) + 1
 }
 
 // checkSaveLimits refuses e, the next entry of a save whose entries so far

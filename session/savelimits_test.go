@@ -64,7 +64,7 @@ func TestSaveRefusesWhatRestoreRefuses(t *testing.T) {
 		want    error
 		entry   string
 	}{
-		// 4096 references to one byte, where cdc.Default cuts one chunk.
+		// 4096 references to one byte, where cdc.Default() cuts one chunk.
 		{"manifest bomb", nil, []*agentv1.ScanEntry{repeated("bomb", x, 4096)}, map[string][]byte{"bomb": bytes.Repeat(x, 4096)}, session.ErrAgent, `"bomb"`},
 		{"absolute symlink", nil, []*agentv1.ScanEntry{file("a", x), symlinkEntry("abs", "/etc/passwd")}, map[string][]byte{"a": x}, archive.ErrLinkEscape, `"abs"`},
 		{"symlink up", nil, []*agentv1.ScanEntry{dirEntry("d"), symlinkEntry("d/up", "../../etc")}, nil, archive.ErrLinkEscape, `"d/up"`},

@@ -17,7 +17,7 @@ type agentRemote struct {
 	log *slog.Logger
 }
 
-func (a agentRemote) Sandbox() string      { return a.t.Name }
+func (a agentRemote) Target() Target       { return a.t }
 func (a agentRemote) Mode() Mode           { return ModeAgent }
 func (a agentRemote) Agent() *agent.Client { return a.c }
 func (a agentRemote) Close() error         { return a.c.Close() }

@@ -26,7 +26,7 @@ func Upload(ctx context.Context, r Remote, srcs []string, dst string) (Stats, er
 	if len(srcs) == 0 {
 		return Stats{}, errors.New("upload: no sources")
 	}
-	name := r.Sandbox()
+	name := r.Target().Name
 	type source struct {
 		path string
 		info os.FileInfo
@@ -138,7 +138,7 @@ func Download(ctx context.Context, r Remote, srcs []string, dst string, limits a
 	if len(srcs) == 0 {
 		return Stats{}, errors.New("download: no sources")
 	}
-	name := r.Sandbox()
+	name := r.Target().Name
 	kinds := make([]archive.Kind, len(srcs))
 	for i, s := range srcs {
 		k, err := r.Stat(ctx, s, false)

@@ -21,7 +21,7 @@ type posixRemote struct {
 	t Target
 }
 
-func (p posixRemote) Sandbox() string      { return p.t.Name }
+func (p posixRemote) Target() Target       { return p.t }
 func (p posixRemote) Mode() Mode           { return ModePOSIX }
 func (p posixRemote) Agent() *agent.Client { return nil }
 func (p posixRemote) Close() error         { return nil }

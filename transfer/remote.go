@@ -1,10 +1,12 @@
 package transfer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/ferry-dev/ferry/relay"
@@ -41,8 +43,9 @@ func (t Target) log() *slog.Logger {
 // in agent mode one exec carries every call; in POSIX mode each call is
 // its own exec. It is not safe for concurrent use.
 type Remote interface {
-	// Sandbox is the sandbox's name, for messages.
-	Sandbox() string
+	// Target is the sandbox this connects to, for what goes beside the
+	// connection: a message naming it, an exec of the sandbox's sh.
+	Target() Target
 	// Mode is ModeAgent or ModePOSIX: the mode Open chose.
 	Mode() Mode
 	// Agent is the agent connection in agent mode, for what only the
@@ -176,4 +179,26 @@ func LogStale(log *slog.Logger, sandbox, side, dest string, n int, err error) {
 // StatsOf is the Stats of an agent transfer.
 func StatsOf(r agent.Result) Stats {
 	return Stats{Files: r.Files, Dirs: r.Dirs, Symlinks: r.Symlinks, Bytes: r.Bytes, WireBytes: r.WireBytes}
+}
+
+// Shell runs script with args in t's sh and returns its stdout (at most
+// 64 KiB); a non-zero exit is an error with its stderr. It is for the few
+// steps beside a transfer that are a command, not a tree (probing a
+// target, swapping a tree in, tightening modes); args are passed as
+// arguments, never spliced into the script.
+func Shell(ctx context.Context, t Target, script string, args ...string) (string, error) {
+	var out, errb bytes.Buffer
+	code, err := t.X.Exec(ctx, &relay.Command{
+		Sandbox: t.Name,
+		Argv:    append([]string{"sh", "-c", script, "sh"}, args...),
+		Stdout:  &limitedBuffer{buf: &out, max: 64 << 10},
+		Stderr:  &limitedBuffer{buf: &errb, max: 4 << 10},
+	})
+	if err != nil {
+		return "", err
+	}
+	if code != 0 {
+		return "", fmt.Errorf("sh: exit %d: %s", code, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
 }

@@ -228,7 +228,7 @@ the store to finish does not count.`,
 				return err
 			}
 			sb.IdleTimeout = idleTimeout
-			res, err := ferry.SaveSession(cmd.Context(), sb, st, dir, key)
+			res, err := ferry.SaveSession(cmd.Context(), sb, st, session.SaveSpec{Dir: dir, Key: key})
 			if err != nil {
 				return err
 			}
@@ -252,7 +252,7 @@ the store to finish does not count.`,
 }
 
 func newSessionRestoreCmd(g *globals, s streams) *cobra.Command {
-	var opts ferry.SessionRestoreOptions
+	var opts session.RestoreSpec
 	var idle time.Duration
 	cmd := &cobra.Command{
 		Use:   "restore KEY SANDBOX:DIR [--snapshot N] [--replace] [--allow-missing]",
@@ -312,7 +312,9 @@ moved, either way, for --idle-timeout fails.`,
 				return err
 			}
 			sb.IdleTimeout = idleTimeout
-			res, err := ferry.RestoreSession(cmd.Context(), sb, st, key, dir, opts)
+			spec := opts
+			spec.Key, spec.Dir = key, dir
+			res, err := ferry.RestoreSession(cmd.Context(), sb, st, spec)
 			if err != nil {
 				return err
 			}

@@ -44,18 +44,18 @@ var (
 		zstd.WithEncoderCRC(false)))
 	// The decoders of chunk frames, of the one configuration every chunk
 	// decoder has (frame.NewChunkDecoder): storeChunkDecoder for a chunk
-	// of cdc.Default, the session store's (session.MaxChunkSize), so that
+	// of cdc.Default(), the session store's (session.MaxChunkSize), so that
 	// a frame ReadChunksStored hands on for such a chunk is one the
 	// store's own reader accepts; bigChunkDecoder for the larger chunks
 	// of other chunker parameters.
-	storeChunkDecoder = frame.NewChunkDecoder(cdc.Default.Max)
+	storeChunkDecoder = frame.NewChunkDecoder(cdc.Default().Max)
 	bigChunkDecoder   = frame.NewChunkDecoder(maxChunk)
 )
 
 // chunkDecoder is the decoder of a frame of a chunk of size bytes: the
 // smallest bound that holds it.
 func chunkDecoder(size int64) *zstd.Decoder {
-	if size <= int64(cdc.Default.Max) {
+	if size <= int64(cdc.Default().Max) {
 		return storeChunkDecoder
 	}
 	return bigChunkDecoder
@@ -191,8 +191,8 @@ func (c *Client) ReadChunks(ctx context.Context, dir string, reads []*agentv1.Ch
 // travelled in (nil when it travelled raw), which decoded to plaintext:
 // a store that keeps chunks as zstd can keep that frame as it is instead
 // of compressing the chunk again. Both slices are valid only during fn.
-// The frame of a chunk of at most cdc.Default.Max bytes was decoded by
-// frame.NewChunkDecoder(cdc.Default.Max), the session store's reader, so
+// The frame of a chunk of at most cdc.Default().Max bytes was decoded by
+// frame.NewChunkDecoder(cdc.Default().Max), the session store's reader, so
 // the store accepts it as it is: a frame it would refuse (a window over
 // that bound, say) fails the call with archive.ErrDigest.
 func (c *Client) ReadChunksStored(ctx context.Context, dir string, reads []*agentv1.ChunkRead, compress frame.Mode, fn func(i int, plaintext, zstd []byte) error) (int64, error) {

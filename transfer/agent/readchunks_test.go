@@ -188,7 +188,7 @@ func TestReadChunksHostileAgent(t *testing.T) {
 	bomb := enc.EncodeAll(bytes.Repeat(data, 100), nil)
 	other := bytes.Repeat([]byte("other data "), 1000)
 	// wide is data in a frame that declares a 256 KiB window, over the
-	// session store's chunk bound (cdc.Default.Max): the store's reader
+	// session store's chunk bound (cdc.Default().Max): the store's reader
 	// would refuse it, so the host must not hand it on to be kept.
 	noSingle, _ := zstd.NewWriter(nil, zstd.WithSingleSegment(false))
 	defer noSingle.Close()
@@ -263,7 +263,7 @@ func TestScanReadChunksRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	es := scanAll(t, c, ".", nil)
-	if len(es) != 1 || fs.FileMode(es[0].GetMode()) != 0o640 || len(es[0].GetChunks()) < 3<<20/cdc.Default.Max {
+	if len(es) != 1 || fs.FileMode(es[0].GetMode()) != 0o640 || len(es[0].GetChunks()) < 3<<20/cdc.Default().Max {
 		t.Fatalf("scan: %v", es)
 	}
 	var got []byte

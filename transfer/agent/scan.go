@@ -266,10 +266,10 @@ func chunkFile(ctx context.Context, root *os.Root, ch *cdc.Chunker, e *agentv1.S
 }
 
 // chunkParams is the chunker a ScanRequest asks for: all zero is
-// cdc.Default.
+// cdc.Default().
 func chunkParams(cp *agentv1.ChunkParams) (cdc.Params, error) {
 	if cp.GetMin() == 0 && cp.GetAvg() == 0 && cp.GetMax() == 0 {
-		return cdc.Default, nil
+		return cdc.Default(), nil
 	}
 	p := cdc.Params{Min: int(cp.GetMin()), Avg: int(cp.GetAvg()), Max: int(cp.GetMax())}
 	if err := p.Validate(); err != nil {
@@ -291,7 +291,7 @@ func chunkParams(cp *agentv1.ChunkParams) (cdc.Params, error) {
 // holds the whole list; known is read from a goroutine of Scan's, which
 // has returned when Scan does, and its error ends the scan and is
 // returned. A nil known is none. params are the chunker's (the zero value
-// is cdc.Default). fn's error ends the scan and is returned.
+// is cdc.Default()). fn's error ends the scan and is returned.
 //
 // The agent may be hostile: fn gets the entries as the agent sent them,
 // unchecked; the caller validates them (package session's AgentSource
