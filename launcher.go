@@ -61,8 +61,10 @@ var (
 	// agent (POSIX mode, or an agent that cannot run in the sandbox): a
 	// detached run needs the agent's supervisor, which alone keeps the
 	// exit status, the timeout and the one-start guarantee inside the
-	// sandbox.
-	ErrAgentRequired = errors.New("ferry: a detached run needs the agent")
+	// sandbox. A live follow needs the agent too. It is
+	// transfer.ErrAgentRequired, the one sentinel for every operation that
+	// needs the agent.
+	ErrAgentRequired = transfer.ErrAgentRequired
 	// ErrUnknownRun means the run directory holds no record of a run
 	// started by a Launcher.
 	ErrUnknownRun = errors.New("ferry: unknown run")

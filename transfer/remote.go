@@ -113,6 +113,12 @@ var (
 	// ErrShort means fewer entries arrived than the sender counted, in
 	// either mode and either direction.
 	ErrShort = archive.ErrShort
+	// ErrAgentRequired means an operation needs agent mode (a detached
+	// run, a live follow, a Remote opened in ModeAgent) and cannot have
+	// it: POSIX mode was asked for, or the agent cannot run in the
+	// sandbox, in which case the error also matches agent.ErrUnavailable
+	// and says why.
+	ErrAgentRequired = errors.New("ferry: needs the agent")
 )
 
 // Open connects to the sandbox in t's mode. In ModeAuto a sandbox where
@@ -128,6 +134,9 @@ func Open(ctx context.Context, t Target) (Remote, error) {
 		if t.Mode == ModeAuto && errors.Is(err, agent.ErrUnavailable) {
 			log.Info("agent mode unavailable; using POSIX mode", "sandbox", t.Name, "reason", err)
 			return p, nil
+		}
+		if errors.Is(err, agent.ErrUnavailable) {
+			return nil, fmt.Errorf("agent mode in %s: %w: %w", t.Name, ErrAgentRequired, err)
 		}
 		return nil, fmt.Errorf("agent mode in %s: %w", t.Name, err)
 	}
