@@ -13,7 +13,7 @@ import (
 	"github.com/ferry-dev/ferry/relay/gateway"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/openshell"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // TestRelayCutAtRandomOffsets cuts the exec stream (the gateway's fault
@@ -56,7 +56,7 @@ func testRelayCutAtRandomOffsets(t *testing.T, mode variant) {
 			// through the cut relay.
 			write(t, filepath.Join(g.Root, "box"), files)
 			dst := filepath.Join(t.TempDir(), "down")
-			_, err = ferry.Download(ctx(t), sb, []string{"tree"}, dst, transfer.Limits{})
+			_, err = ferry.Download(ctx(t), sb, []string{"tree"}, dst, archive.Limits{})
 			if !errors.Is(err, relay.ErrRelayLost) {
 				t.Fatalf("download cut after %d bytes: err = %v, want ErrRelayLost", cut, err)
 			}

@@ -18,8 +18,8 @@ import (
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/local"
 	"github.com/ferry-dev/ferry/relay/openshell"
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // warmAgent installs the agent through a gateway without faults: the cache
@@ -69,7 +69,7 @@ func TestAgentCorruptedByte(t *testing.T) {
 			}
 			write(t, filepath.Join(g.Root, "box"), tree(t, local))
 			dst := filepath.Join(t.TempDir(), "down")
-			_, err = ferry.Download(ctx(t), sb, []string{"tree"}, dst, transfer.Limits{})
+			_, err = ferry.Download(ctx(t), sb, []string{"tree"}, dst, archive.Limits{})
 			if err == nil {
 				t.Fatalf("download with byte %d flipped succeeded", at)
 			}
@@ -114,7 +114,7 @@ func TestAgentKilledMidTransfer(t *testing.T) {
 				_, err = ferry.Upload(ctx(t), e.sb, []string{filepath.Join(local, "tree")}, "up")
 			} else {
 				write(t, e.root, tree(t, local))
-				_, err = ferry.Download(ctx(t), e.sb, []string{"tree"}, dst, transfer.Limits{})
+				_, err = ferry.Download(ctx(t), e.sb, []string{"tree"}, dst, archive.Limits{})
 			}
 			close(stop)
 			if !<-killed {

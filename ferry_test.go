@@ -21,8 +21,8 @@ import (
 	"github.com/ferry-dev/ferry/relay/openshell"
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/session/local"
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 func TestMain(m *testing.M) {
@@ -246,7 +246,7 @@ func testCopySemantics(t *testing.T, mode variant) {
 						for _, s := range tc.srcs {
 							srcs = append(srcs, remoteRel+"/"+s)
 						}
-						_, err = ferry.Download(ctx(t), e.sb, srcs, filepath.Join(local, tc.dst), transfer.Limits{})
+						_, err = ferry.Download(ctx(t), e.sb, srcs, filepath.Join(local, tc.dst), archive.Limits{})
 					}
 					if tc.wantErr != nil {
 						if err == nil {
@@ -287,7 +287,7 @@ func testPull(t *testing.T, mode variant) {
 	meta := filepath.Join(e.root, "rascal-meta")
 	write(t, meta, map[string]string{"agent.ndjson": "{}\n", "runner.log": "queued\n"})
 	out := t.TempDir()
-	res, err := ferry.Pull(ctx(t), e.sb, "", out, transfer.Limits{})
+	res, err := ferry.Pull(ctx(t), e.sb, "", out, archive.Limits{})
 	if !errors.Is(err, ferry.ErrNoMeta) {
 		t.Fatalf("without meta.json: err = %v, want ErrNoMeta", err)
 	}
@@ -296,7 +296,7 @@ func testPull(t *testing.T, mode variant) {
 		t.Fatalf("missing = %v", res.Missing)
 	}
 	write(t, meta, map[string]string{"meta.json": `{"exit_code":0}`})
-	res, err = ferry.Pull(ctx(t), e.sb, "", out, transfer.Limits{})
+	res, err = ferry.Pull(ctx(t), e.sb, "", out, archive.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +403,7 @@ func testLoginBanner(t *testing.T, mode variant) {
 	}
 	sameTree(t, tree(t, filepath.Join(e.root, "up")), tree(t, filepath.Join(local, "src")))
 	back := filepath.Join(t.TempDir(), "back")
-	st, err := ferry.Download(ctx(t), e.sb, []string{"up"}, back, transfer.Limits{})
+	st, err := ferry.Download(ctx(t), e.sb, []string{"up"}, back, archive.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

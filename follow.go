@@ -15,10 +15,6 @@ import (
 // the first being the one whose lines are shown.
 var Followed = []string{"agent.ndjson", "runner.log"}
 
-// ErrNoAgent means an operation needs agent mode (following files live)
-// and the sandbox is in POSIX mode or the agent cannot run there.
-var ErrNoAgent = errors.New("ferry: needs the agent")
-
 // FollowSpec is a live follow of a run's growing artifacts.
 type FollowSpec struct {
 	// MetaDir is the sandbox directory the artifacts are in; default
@@ -42,7 +38,7 @@ type FollowSpec struct {
 // written. The end of ctx is a clean end: Follow returns nil.
 func Follow(ctx context.Context, sb Sandbox, spec FollowSpec) error {
 	if sb.Mode == ModePOSIX {
-		return fmt.Errorf("follow %s: %w (not --mode posix)", sb.Name, ErrNoAgent)
+		return fmt.Errorf("follow %s: %w (not --mode posix)", sb.Name, ErrAgentRequired)
 	}
 	if spec.MetaDir == "" {
 		spec.MetaDir = DefaultMetaDir
@@ -55,7 +51,7 @@ func Follow(ctx context.Context, sb Sandbox, spec FollowSpec) error {
 		Dial: func(ctx context.Context) (*agent.Client, error) {
 			c, _, err := agent.Dial(ctx, agent.DialConfig{X: sb.X, Sandbox: sb.Name, Bundle: sb.Agents, Logger: log})
 			if errors.Is(err, agent.ErrUnavailable) {
-				return nil, fmt.Errorf("follow %s: %w: %w", sb.Name, ErrNoAgent, err)
+				return nil, fmt.Errorf("follow %s: %w: %w", sb.Name, ErrAgentRequired, err)
 			}
 			return c, err
 		},

@@ -23,9 +23,9 @@ import (
 	"github.com/ferry-dev/ferry/session/local"
 	"github.com/ferry-dev/ferry/session/s3store"
 	"github.com/ferry-dev/ferry/session/s3store/s3test"
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest/hostile"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // hostileBox is sandbox "box" with ferry's cached agent replaced by the
@@ -70,7 +70,7 @@ func (h *hostileBox) served(t *testing.T) {
 }
 
 // wantEntryErr fails unless err matches sentinel and, when entry is set,
-// a *transfer.EntryError names it.
+// a *archive.EntryError names it.
 func wantEntryErr(t *testing.T, err, sentinel error, entry string) {
 	t.Helper()
 	if err == nil {
@@ -82,9 +82,9 @@ func wantEntryErr(t *testing.T, err, sentinel error, entry string) {
 	if entry == "" {
 		return
 	}
-	var ee *transfer.EntryError
+	var ee *archive.EntryError
 	if !errors.As(err, &ee) || !strings.Contains(ee.Entry, entry) {
-		t.Fatalf("err = %v; want a transfer.EntryError naming %q", err, entry)
+		t.Fatalf("err = %v; want an archive.EntryError naming %q", err, entry)
 	}
 }
 
@@ -113,9 +113,9 @@ func TestHostileAgentDownload(t *testing.T) {
 				if strings.HasSuffix(dst, "renamed") {
 					src = "payload/x" // a file to a new name: PlaceAs
 				}
-				_, err := ferry.Download(ctx(t), h.sb, []string{src}, dst, transfer.Limits{})
+				_, err := ferry.Download(ctx(t), h.sb, []string{src}, dst, archive.Limits{})
 				h.served(t)
-				wantEntryErr(t, err, transfer.ErrUnrequested, extra)
+				wantEntryErr(t, err, archive.ErrUnrequested, extra)
 				sameTree(t, tree(t, home), before)
 			}
 		}
@@ -123,9 +123,9 @@ func TestHostileAgentDownload(t *testing.T) {
 	t.Run("pull", func(t *testing.T) {
 		h.lie(t, hostile.Scenario{GetExtra: []string{".bashrc"}})
 		out := filepath.Join(home, "run")
-		_, err := ferry.Pull(ctx(t), h.sb, "", out, transfer.Limits{})
+		_, err := ferry.Pull(ctx(t), h.sb, "", out, archive.Limits{})
 		h.served(t)
-		wantEntryErr(t, err, transfer.ErrUnrequested, ".bashrc")
+		wantEntryErr(t, err, archive.ErrUnrequested, ".bashrc")
 		if _, err := os.Lstat(filepath.Join(out, ".bashrc")); !os.IsNotExist(err) {
 			t.Fatalf("pull placed an unrequested name: %v", err)
 		}
@@ -139,7 +139,7 @@ func TestHostileAgentDownload(t *testing.T) {
 		if err == nil {
 			err = res.PullErr
 		}
-		wantEntryErr(t, err, transfer.ErrUnrequested, ".bashrc")
+		wantEntryErr(t, err, archive.ErrUnrequested, ".bashrc")
 		if _, err := os.Lstat(filepath.Join(out, ".bashrc")); !os.IsNotExist(err) {
 			t.Fatalf("run placed an unrequested name: %v", err)
 		}
@@ -161,16 +161,16 @@ func TestHostileAgentDownload(t *testing.T) {
 				dsts = dsts[:1]
 			}
 			for _, dst := range dsts {
-				_, err := ferry.Download(ctx(t), h.sb, []string{"x"}, dst, transfer.Limits{})
+				_, err := ferry.Download(ctx(t), h.sb, []string{"x"}, dst, archive.Limits{})
 				h.served(t)
-				var ee *transfer.EntryError
-				if err == nil || (!errors.As(err, &ee) && !errors.Is(err, transfer.ErrTruncated)) {
-					t.Fatalf("err = %v, want a transfer.EntryError naming the entry", err)
+				var ee *archive.EntryError
+				if err == nil || (!errors.As(err, &ee) && !errors.Is(err, archive.ErrTruncated)) {
+					t.Fatalf("err = %v, want an archive.EntryError naming the entry", err)
 				}
 				sameTree(t, tree(t, home), before)
 			}
 			out := filepath.Join(home, "pulled")
-			if _, err := ferry.Pull(ctx(t), h.sb, "", out, transfer.Limits{}); err == nil {
+			if _, err := ferry.Pull(ctx(t), h.sb, "", out, archive.Limits{}); err == nil {
 				t.Fatal("pull of a crafted archive succeeded")
 			}
 			noneIn(t, out)
@@ -180,9 +180,9 @@ func TestHostileAgentDownload(t *testing.T) {
 	t.Run("sparse-meta", func(t *testing.T) {
 		h.lie(t, hostile.Scenario{GetArchive: filepath.Join(fixtures, "sparse-meta.tar")})
 		out := filepath.Join(home, "pulled")
-		_, err := ferry.Pull(ctx(t), h.sb, "", out, transfer.Limits{})
+		_, err := ferry.Pull(ctx(t), h.sb, "", out, archive.Limits{})
 		h.served(t)
-		wantEntryErr(t, err, transfer.ErrUnsupported, "meta.json")
+		wantEntryErr(t, err, archive.ErrUnsupported, "meta.json")
 		noneIn(t, out)
 	})
 	t.Run("stall", func(t *testing.T) {
@@ -190,7 +190,7 @@ func TestHostileAgentDownload(t *testing.T) {
 		sb := h.sb
 		sb.IdleTimeout = 500 * time.Millisecond
 		start := time.Now()
-		_, err := ferry.Download(ctx(t), sb, []string{"payload"}, filepath.Join(home, "new"), transfer.Limits{})
+		_, err := ferry.Download(ctx(t), sb, []string{"payload"}, filepath.Join(home, "new"), archive.Limits{})
 		h.served(t)
 		if !errors.Is(err, ferry.ErrIdle) {
 			t.Fatalf("err = %v, want ferry.ErrIdle", err)
@@ -222,8 +222,8 @@ func TestHostileAgentUpload(t *testing.T) {
 	write(t, src, map[string]string{"a/b": "b", "a/c": "c"})
 	_, err := ferry.Upload(ctx(t), h.sb, []string{filepath.Join(src, "a")}, "dst")
 	h.served(t)
-	if !errors.Is(err, transfer.ErrDigest) {
-		t.Fatalf("upload to a lying agent: err = %v, want transfer.ErrDigest", err)
+	if !errors.Is(err, archive.ErrDigest) {
+		t.Fatalf("upload to a lying agent: err = %v, want archive.ErrDigest", err)
 	}
 	h.lie(t, hostile.Scenario{PutStall: true})
 	sb := h.sb
@@ -332,14 +332,14 @@ func testHostileAgentSession(t *testing.T, sk storeKind) {
 	// minimum), so their chunk ids are the SHA-256 of their content.
 	secret1, secret2 := randomBytes(1, 3000), randomBytes(2, 2500)
 	write(t, h.victimRoot, map[string]string{"sess/secret1": string(secret1), "sess/secret2": string(secret2)})
-	if _, err := ferry.SaveSession(ctx(t), h.victim, st, "sess", "victim"); err != nil {
+	if _, err := ferry.SaveSession(ctx(t), h.victim, st, session.SaveSpec{Dir: "sess", Key: "victim"}); err != nil {
 		t.Fatal(err)
 	}
 	id1, id2 := sha256.Sum256(secret1), sha256.Sum256(secret2)
 	victimIntact := func(t *testing.T) {
 		t.Helper()
 		dst := fmt.Sprintf("restored-%d", time.Now().UnixNano())
-		if _, err := ferry.RestoreSession(ctx(t), h.victim, st, "victim", dst, ferry.SessionRestoreOptions{}); err != nil {
+		if _, err := ferry.RestoreSession(ctx(t), h.victim, st, session.RestoreSpec{Key: "victim", Dir: dst}); err != nil {
 			t.Fatalf("restore of the victim key: %v", err)
 		}
 		for name, want := range map[string][]byte{"secret1": secret1, "secret2": secret2} {
@@ -359,7 +359,7 @@ func testHostileAgentSession(t *testing.T, sk storeKind) {
 		t.Helper()
 		h.lie(t, s)
 		before := objects(t, b)
-		_, err := ferry.SaveSession(ctx(t), h.sb, st, "sess", "attacker")
+		_, err := ferry.SaveSession(ctx(t), h.sb, st, session.SaveSpec{Dir: "sess", Key: "attacker"})
 		h.served(t)
 		if err == nil {
 			t.Fatal("the hostile save succeeded")
@@ -407,27 +407,27 @@ func testHostileAgentSession(t *testing.T, sk storeKind) {
 	t.Run("huge-file", func(t *testing.T) {
 		// zeros is cut at the chunker's maximum: its first chunk, repeated,
 		// claims a file over the restore's 16 GiB limit.
-		refused(t, hostile.Scenario{Repeats: []hostile.Repeat{{Path: "zeros", Size: 17 << 30}}}, transfer.ErrLimit, "zeros")
+		refused(t, hostile.Scenario{Repeats: []hostile.Repeat{{Path: "zeros", Size: 17 << 30}}}, archive.ErrLimit, "zeros")
 	})
 	t.Run("absolute-symlink", func(t *testing.T) {
-		refused(t, hostile.Scenario{Extra: []hostile.Entry{{Path: "~link", Kind: "symlink", Mode: 0o777, Target: "/etc/passwd"}}}, transfer.ErrLinkEscape, "~link")
+		refused(t, hostile.Scenario{Extra: []hostile.Entry{{Path: "~link", Kind: "symlink", Mode: 0o777, Target: "/etc/passwd"}}}, archive.ErrLinkEscape, "~link")
 	})
 	t.Run("escaping-symlink", func(t *testing.T) {
-		refused(t, hostile.Scenario{Extra: []hostile.Entry{{Path: "~link", Kind: "symlink", Mode: 0o777, Target: "../../outside"}}}, transfer.ErrLinkEscape, "~link")
+		refused(t, hostile.Scenario{Extra: []hostile.Entry{{Path: "~link", Kind: "symlink", Mode: 0o777, Target: "../../outside"}}}, archive.ErrLinkEscape, "~link")
 	})
 	t.Run("wide-zstd-window", func(t *testing.T) {
 		// Frames whose window the store's reader refuses are checked with
 		// its rules before anything is kept: the save fails, rather than
 		// store what a POSIX restore or verify of the key would refuse.
-		refused(t, hostile.Scenario{ZstdWindow: 4 << 20}, transfer.ErrDigest, "")
+		refused(t, hostile.Scenario{ZstdWindow: 4 << 20}, archive.ErrDigest, "")
 	})
 	t.Run("restore-lies", func(t *testing.T) {
 		h.lie(t, hostile.Scenario{PutLie: true})
 		before := objects(t, b)
-		_, err := ferry.RestoreSession(ctx(t), h.sb, st, "victim", "from-victim", ferry.SessionRestoreOptions{})
+		_, err := ferry.RestoreSession(ctx(t), h.sb, st, session.RestoreSpec{Key: "victim", Dir: "from-victim"})
 		h.served(t)
-		if !errors.Is(err, transfer.ErrDigest) {
-			t.Fatalf("restore through a lying agent: err = %v, want transfer.ErrDigest", err)
+		if !errors.Is(err, archive.ErrDigest) {
+			t.Fatalf("restore through a lying agent: err = %v, want archive.ErrDigest", err)
 		}
 		if !sameObjects(before, objects(t, b)) {
 			t.Fatal("a restore changed the store")

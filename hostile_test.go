@@ -18,8 +18,8 @@ import (
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/session/local"
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest/hostile"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // refused are the fixtures in testdata/archives that a hostile sandbox's
@@ -53,11 +53,11 @@ func TestHostileSandboxTar(t *testing.T) {
 	}
 	for _, name := range refused {
 		t.Run(name, func(t *testing.T) {
-			archive := filepath.Join(fixtures, name+".tar")
-			if _, err := os.Stat(archive); err != nil {
+			tarPath := filepath.Join(fixtures, name+".tar")
+			if _, err := os.Stat(tarPath); err != nil {
 				t.Fatal(err)
 			}
-			fake := "#!/bin/sh\nexec cat '" + archive + "'\n"
+			fake := "#!/bin/sh\nexec cat '" + tarPath + "'\n"
 			if err := os.WriteFile(filepath.Join(e.root, "bin", "tar"), []byte(fake), 0o755); err != nil {
 				t.Fatal(err)
 			}
@@ -65,13 +65,13 @@ func TestHostileSandboxTar(t *testing.T) {
 			write(t, parent, map[string]string{"outside/victim": "victim", "existing/keep": "keep"})
 			before := tree(t, parent)
 			for _, dst := range []string{filepath.Join(parent, "new"), filepath.Join(parent, "existing")} {
-				_, err := ferry.Download(ctx(t), e.sb, []string{"x"}, dst, transfer.Limits{})
+				_, err := ferry.Download(ctx(t), e.sb, []string{"x"}, dst, archive.Limits{})
 				if err == nil {
 					t.Fatalf("download into %s succeeded", dst)
 				}
-				var ee *transfer.EntryError
-				if !errors.As(err, &ee) && !errors.Is(err, transfer.ErrTruncated) {
-					t.Fatalf("err = %v, want a transfer.EntryError naming the entry", err)
+				var ee *archive.EntryError
+				if !errors.As(err, &ee) && !errors.Is(err, archive.ErrTruncated) {
+					t.Fatalf("err = %v, want an archive.EntryError naming the entry", err)
 				}
 			}
 			sameTree(t, tree(t, parent), before)
@@ -92,19 +92,19 @@ func TestShortTarIsCaught(t *testing.T) {
 	tw.WriteHeader(&tar.Header{Name: "x/a", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
 	tw.Write([]byte("1"))
 	tw.Close()
-	archive := filepath.Join(t.TempDir(), "short.tar")
-	if err := os.WriteFile(archive, short.Bytes(), 0o644); err != nil {
+	tarPath := filepath.Join(t.TempDir(), "short.tar")
+	if err := os.WriteFile(tarPath, short.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(e.root, ".profile"), []byte("export PATH=\"$HOME/bin:$PATH\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	fake := "#!/bin/sh\nexec cat '" + archive + "'\n"
+	fake := "#!/bin/sh\nexec cat '" + tarPath + "'\n"
 	if err := os.WriteFile(filepath.Join(e.root, "bin", "tar"), []byte(fake), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), "got")
-	if _, err := ferry.Download(ctx(t), e.sb, []string{"x"}, dst, transfer.Limits{}); !errors.Is(err, ferry.ErrShort) {
+	if _, err := ferry.Download(ctx(t), e.sb, []string{"x"}, dst, archive.Limits{}); !errors.Is(err, ferry.ErrShort) {
 		t.Fatalf("short archive: err = %v, want ErrShort", err)
 	}
 	if _, err := os.Lstat(dst); !os.IsNotExist(err) {
@@ -139,21 +139,21 @@ func TestHostileSandboxTarRefusals(t *testing.T) {
 		entry   string
 	}{
 		// `ferry cp box:payload ~/`: the stream carries a .bashrc too.
-		{archive: "unrequested-top-level", src: "payload", into: true, want: transfer.ErrUnrequested, entry: ".bashrc"},
-		{archive: "unrequested-root", src: "payload", into: true, want: transfer.ErrUnrequested, entry: "./"},
+		{archive: "unrequested-top-level", src: "payload", into: true, want: archive.ErrUnrequested, entry: ".bashrc"},
+		{archive: "unrequested-root", src: "payload", into: true, want: archive.ErrUnrequested, entry: "./"},
 		// 2 GiB of zeros from a few KiB on the wire.
-		{archive: "sparse-gnu", src: "x", want: transfer.ErrUnsupported, entry: "sparse"},
-		{archive: "sparse-pax-0.0", src: "x", want: transfer.ErrUnsupported, entry: "sparse"},
-		{archive: "sparse-pax-0.1", src: "x", want: transfer.ErrUnsupported, entry: "sparse"},
-		{archive: "sparse-pax-1.0", src: "x", want: transfer.ErrUnsupported, entry: "sparse"},
-		{archive: "sparse-pax-1.0", src: "x", into: true, want: transfer.ErrUnrequested, entry: "existing"},
+		{archive: "sparse-gnu", src: "x", want: archive.ErrUnsupported, entry: "sparse"},
+		{archive: "sparse-pax-0.0", src: "x", want: archive.ErrUnsupported, entry: "sparse"},
+		{archive: "sparse-pax-0.1", src: "x", want: archive.ErrUnsupported, entry: "sparse"},
+		{archive: "sparse-pax-1.0", src: "x", want: archive.ErrUnsupported, entry: "sparse"},
+		{archive: "sparse-pax-1.0", src: "x", into: true, want: archive.ErrUnrequested, entry: "existing"},
 	} {
 		t.Run(fmt.Sprintf("%s/into=%v", tc.archive, tc.into), func(t *testing.T) {
-			archive, err := filepath.Abs(filepath.Join("testdata", "archives", tc.archive+".tar"))
+			tarPath, err := filepath.Abs(filepath.Join("testdata", "archives", tc.archive+".tar"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			plantTar(t, e, "exec cat '"+archive+"'")
+			plantTar(t, e, "exec cat '"+tarPath+"'")
 			parent := t.TempDir()
 			home := filepath.Join(parent, "home")
 			write(t, parent, map[string]string{"home/.bashrc": "mine\n", "home/payload/keep": "keep\n", "outside/victim": "victim"})
@@ -162,13 +162,13 @@ func TestHostileSandboxTarRefusals(t *testing.T) {
 			if tc.into {
 				dst = home
 			}
-			_, err = ferry.Download(ctx(t), e.sb, []string{tc.src}, dst, transfer.Limits{})
+			_, err = ferry.Download(ctx(t), e.sb, []string{tc.src}, dst, archive.Limits{})
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
-			var ee *transfer.EntryError
+			var ee *archive.EntryError
 			if !errors.As(err, &ee) || ee.Entry != tc.entry {
-				t.Fatalf("err = %v, want a transfer.EntryError naming %q", err, tc.entry)
+				t.Fatalf("err = %v, want an archive.EntryError naming %q", err, tc.entry)
 			}
 			sameTree(t, tree(t, parent), before)
 		})
@@ -209,12 +209,12 @@ func TestIdleSandboxTar(t *testing.T) {
 			case "upload":
 				_, err = ferry.Upload(ctx(t), sb, []string{filepath.Join(local, "up")}, "up")
 			case "pull":
-				_, err = ferry.Pull(ctx(t), sb, "", dst, transfer.Limits{})
+				_, err = ferry.Pull(ctx(t), sb, "", dst, archive.Limits{})
 			case "run":
 				_, err = ferry.Run(ctx(t), sb, ferry.RunSpec{Argv: []string{"true"}, Out: t.TempDir(),
 					Inputs: []ferry.Mapping{{Local: filepath.Join(local, "up"), Remote: "up"}}})
 			default:
-				_, err = ferry.Download(ctx(t), sb, []string{"x"}, dst, transfer.Limits{})
+				_, err = ferry.Download(ctx(t), sb, []string{"x"}, dst, archive.Limits{})
 			}
 			took := time.Since(start)
 			if !errors.Is(err, ferry.ErrIdle) {
@@ -245,15 +245,15 @@ func TestIdleSandboxTar(t *testing.T) {
 			PAXRecords: map[string]string{"comment": strings.Repeat("c", 1500)}})
 		tw.Write([]byte("real"))
 		tw.Close()
-		archive := filepath.Join(t.TempDir(), "slow.tar")
-		if err := os.WriteFile(archive, b.Bytes(), 0o644); err != nil {
+		tarPath := filepath.Join(t.TempDir(), "slow.tar")
+		if err := os.WriteFile(tarPath, b.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		// 512 bytes every 200ms: 1s for the whole, twice the timeout.
-		plantTar(t, e, fmt.Sprintf(`n=$(wc -c <'%s'); i=0; while [ "$i" -lt "$n" ]; do tail -c +$((i+1)) '%s' | head -c 512; i=$((i+512)); sleep 0.2; done`, archive, archive))
+		plantTar(t, e, fmt.Sprintf(`n=$(wc -c <'%s'); i=0; while [ "$i" -lt "$n" ]; do tail -c +$((i+1)) '%s' | head -c 512; i=$((i+512)); sleep 0.2; done`, tarPath, tarPath))
 		dst := filepath.Join(t.TempDir(), "got")
 		start := time.Now()
-		if _, err := ferry.Download(ctx(t), sb, []string{"x"}, dst, transfer.Limits{}); err != nil {
+		if _, err := ferry.Download(ctx(t), sb, []string{"x"}, dst, archive.Limits{}); err != nil {
 			t.Fatalf("a steady stream failed: %v", err)
 		}
 		if took := time.Since(start); took < 2*timeout {
@@ -351,7 +351,7 @@ func TestIdleAgentMode(t *testing.T) {
 			if upload {
 				_, err = ferry.Upload(ctx(t), sb, []string{filepath.Join(local, "up")}, "up")
 			} else {
-				_, err = ferry.Download(ctx(t), sb, []string{"big"}, dst, transfer.Limits{})
+				_, err = ferry.Download(ctx(t), sb, []string{"big"}, dst, archive.Limits{})
 			}
 			took := time.Since(start)
 			if !errors.Is(err, ferry.ErrIdle) {
@@ -384,7 +384,7 @@ func TestHostileSandboxTarSession(t *testing.T) {
 			st, b := sk.open(t)
 			victim := map[string]string{"secret": "the victim's", "d/": "", "d/more": "more"}
 			write(t, filepath.Join(e.root, "sess"), victim)
-			if _, err := ferry.SaveSession(ctx(t), e.sb, st, "sess", "victim"); err != nil {
+			if _, err := ferry.SaveSession(ctx(t), e.sb, st, session.SaveSpec{Dir: "sess", Key: "victim"}); err != nil {
 				t.Fatal(err)
 			}
 			fixtures, err := filepath.Abs(filepath.Join("testdata", "archives"))
@@ -394,10 +394,10 @@ func TestHostileSandboxTarSession(t *testing.T) {
 			before := objects(t, b)
 			for _, name := range refused {
 				plantTar(t, e, "exec cat '"+filepath.Join(fixtures, name+".tar")+"'")
-				_, err := ferry.SaveSession(ctx(t), e.sb, st, "sess", "attacker")
-				var ee *transfer.EntryError
-				if err == nil || (!errors.As(err, &ee) && !errors.Is(err, transfer.ErrTruncated)) {
-					t.Fatalf("%s: save: err = %v, want a transfer.EntryError naming the entry", name, err)
+				_, err := ferry.SaveSession(ctx(t), e.sb, st, session.SaveSpec{Dir: "sess", Key: "attacker"})
+				var ee *archive.EntryError
+				if err == nil || (!errors.As(err, &ee) && !errors.Is(err, archive.ErrTruncated)) {
+					t.Fatalf("%s: save: err = %v, want an archive.EntryError naming the entry", name, err)
 				}
 			}
 			if !sameObjects(before, objects(t, b)) {
@@ -406,7 +406,7 @@ func TestHostileSandboxTarSession(t *testing.T) {
 			if err := os.Remove(filepath.Join(e.root, "bin", "tar")); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := ferry.RestoreSession(ctx(t), e.sb, st, "victim", "again", ferry.SessionRestoreOptions{}); err != nil {
+			if _, err := ferry.RestoreSession(ctx(t), e.sb, st, session.RestoreSpec{Key: "victim", Dir: "again"}); err != nil {
 				t.Fatal(err)
 			}
 			sameTree(t, tree(t, filepath.Join(e.root, "again")), victim)
@@ -443,7 +443,7 @@ func TestIdleNotForSessionWait(t *testing.T) {
 	}
 	write(t, e.root, map[string]string{"sess/s": "s"})
 	// Warm the agent, so that the save's own time is the wait.
-	if _, err := ferry.SaveSession(ctx(t), sb, st, "sess", "warm"); err != nil {
+	if _, err := ferry.SaveSession(ctx(t), sb, st, session.SaveSpec{Dir: "sess", Key: "warm"}); err != nil {
 		t.Fatal(err)
 	}
 	t.Run("run", func(t *testing.T) {
@@ -469,7 +469,7 @@ func TestIdleNotForSessionWait(t *testing.T) {
 	t.Run("save", func(t *testing.T) {
 		pruning(t, "89abcdef0123456789abcdef")
 		start := time.Now()
-		res, err := ferry.SaveSession(ctx(t), sb, st, "sess", "task-2")
+		res, err := ferry.SaveSession(ctx(t), sb, st, session.SaveSpec{Dir: "sess", Key: "task-2"})
 		if err != nil || res.Snapshot != 1 {
 			t.Fatalf("save: %+v, %v", res, err)
 		}
@@ -485,19 +485,19 @@ func TestIdleSession(t *testing.T) {
 	h := newHostileBox(t, hostile.Scenario{})
 	st, _ := hostileStores(t)[0].open(t)
 	write(t, h.root, map[string]string{"sess/s": "s"})
-	if _, err := ferry.SaveSession(ctx(t), h.sb, st, "sess", "k"); err != nil {
+	if _, err := ferry.SaveSession(ctx(t), h.sb, st, session.SaveSpec{Dir: "sess", Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	h.served(t)
 	sb := h.sb
 	sb.IdleTimeout = 300 * time.Millisecond
 	h.lie(t, hostile.Scenario{ScanStall: true})
-	if _, err := ferry.SaveSession(ctx(t), sb, st, "sess", "k"); !errors.Is(err, ferry.ErrIdle) {
+	if _, err := ferry.SaveSession(ctx(t), sb, st, session.SaveSpec{Dir: "sess", Key: "k"}); !errors.Is(err, ferry.ErrIdle) {
 		t.Fatalf("save through a stalled agent: err = %v, want ferry.ErrIdle", err)
 	}
 	h.served(t)
 	h.lie(t, hostile.Scenario{PutStall: true})
-	if _, err := ferry.RestoreSession(ctx(t), sb, st, "k", "again", ferry.SessionRestoreOptions{}); !errors.Is(err, ferry.ErrIdle) {
+	if _, err := ferry.RestoreSession(ctx(t), sb, st, session.RestoreSpec{Key: "k", Dir: "again"}); !errors.Is(err, ferry.ErrIdle) {
 		t.Fatalf("restore through a stalled agent: err = %v, want ferry.ErrIdle", err)
 	}
 	h.served(t)

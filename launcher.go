@@ -18,6 +18,7 @@ import (
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
 
@@ -60,8 +61,10 @@ var (
 	// agent (POSIX mode, or an agent that cannot run in the sandbox): a
 	// detached run needs the agent's supervisor, which alone keeps the
 	// exit status, the timeout and the one-start guarantee inside the
-	// sandbox.
-	ErrAgentRequired = errors.New("ferry: a detached run needs the agent")
+	// sandbox. A live follow needs the agent too. It is
+	// transfer.ErrAgentRequired, the one sentinel for every operation that
+	// needs the agent.
+	ErrAgentRequired = transfer.ErrAgentRequired
 	// ErrUnknownRun means the run directory holds no record of a run
 	// started by a Launcher.
 	ErrUnknownRun = errors.New("ferry: unknown run")
@@ -105,7 +108,7 @@ type LauncherConfig struct {
 	// SIGKILL. Default 10 seconds.
 	KillGrace time.Duration
 	// Limits bound the artifacts' pull.
-	Limits transfer.Limits
+	Limits archive.Limits
 	// Logger receives what the Launcher does (never a secret or an
 	// environment value); nil discards it.
 	Logger *slog.Logger
@@ -333,9 +336,9 @@ func (l *Launcher) StartDetached(ctx context.Context, spec LaunchSpec) (Handle, 
 	if err != nil {
 		return Handle{}, fmt.Errorf("start run %s: %w", spec.RunID, err)
 	}
-	defer a.close()
+	defer a.Close()
 	rec := &launchRecord{RunID: spec.RunID, Sandbox: name, StateDir: path.Join(runsStateRemote, spec.RunID), Sessions: sessions, Started: time.Now().UTC()}
-	st, err := a.c.RunStatus(ctx, rec.StateDir)
+	st, err := a.Agent().RunStatus(ctx, rec.StateDir)
 	if err != nil {
 		return Handle{}, fmt.Errorf("start run %s: %w", spec.RunID, err)
 	}
@@ -349,7 +352,7 @@ func (l *Launcher) StartDetached(ctx context.Context, spec LaunchSpec) (Handle, 
 		log.Info("run already started; adopted", "state", st.State.String())
 	}
 	// The command runs: a channel that fails as it closes changes nothing.
-	if err := a.close(); err != nil {
+	if err := a.Close(); err != nil {
 		log.Debug("agent connection ended badly after the start", "err", err)
 	}
 	if err := writeRecord(dir, rec); err != nil {
@@ -384,8 +387,8 @@ func (l *Launcher) sessionsFor(spec LaunchSpec) ([]SessionMapping, error) {
 
 // launch is the pre-exec phase and the spawn, through one agent
 // connection.
-func (l *Launcher) launch(ctx context.Context, sb Sandbox, a agentRemote, spec LaunchSpec, rec *launchRecord) error {
-	pr, err := a.c.Probe(ctx)
+func (l *Launcher) launch(ctx context.Context, sb Sandbox, a transfer.Remote, spec LaunchSpec, rec *launchRecord) error {
+	pr, err := a.Agent().Probe(ctx)
 	if err != nil {
 		return err
 	}
@@ -432,7 +435,7 @@ func (l *Launcher) launch(ctx context.Context, sb Sandbox, a agentRemote, spec L
 		}
 		env[sessionEnv[spec.Runtime]] = path.Join(ws, m.Remote)
 	}
-	_, spawned, err := a.c.Spawn(ctx, agent.SpawnSpec{
+	_, spawned, err := a.Agent().Spawn(ctx, agent.SpawnSpec{
 		StateDir: rec.StateDir, RunID: spec.RunID, Argv: spec.Argv, Env: env, Workdir: spec.Workdir,
 		Log: path.Join(DefaultMetaDir, "runner.log"), Timeout: spec.Timeout, KillGrace: l.cfg.KillGrace,
 	})
@@ -447,35 +450,35 @@ func (l *Launcher) launch(ctx context.Context, sb Sandbox, a agentRemote, spec L
 
 // makePrivateDir creates the directory p (0700) in the sandbox, through
 // an upload of an archive that holds only its root.
-func makePrivateDir(ctx context.Context, r remote, p string) error {
-	fill := func(w *transfer.Writer) error {
-		return w.WriteEntry(ctx, transfer.Header{Name: ".", Kind: transfer.Dir, Mode: 0o700, ModTime: time.Now()}, nil)
+func makePrivateDir(ctx context.Context, r transfer.Remote, p string) error {
+	fill := func(w *archive.Writer) error {
+		return w.WriteEntry(ctx, archive.Header{Name: ".", Kind: archive.Dir, Mode: 0o700, ModTime: time.Now()}, nil)
 	}
-	_, err := r.uploadStream(ctx, fill, p, transfer.PlaceNew, 0)
+	_, err := r.Upload(ctx, fill, p, archive.PlaceNew, 0)
 	return err
 }
 
 // connect opens an agent connection to sb. A sandbox that does not exist
 // is an error wrapping relay.ErrNotFound, whatever the agent's dial made
 // of it.
-func (l *Launcher) connect(ctx context.Context, sb Sandbox) (agentRemote, error) {
+func (l *Launcher) connect(ctx context.Context, sb Sandbox) (transfer.Remote, error) {
 	r, err := sb.open(ctx)
 	if err == nil {
-		if a, ok := r.(agentRemote); ok {
-			return a, nil
+		if r.Agent() != nil {
+			return r, nil
 		}
-		r.close()
+		r.Close()
 		err = ErrAgentRequired
 	}
 	// The dial reports an exec that failed as an agent that did not
 	// start; ask the sandbox itself.
 	if _, xerr := sb.X.Exec(ctx, &relay.Command{Sandbox: sb.Name, Argv: []string{"true"}}); errors.Is(xerr, relay.ErrNotFound) {
-		return agentRemote{}, fmt.Errorf("sandbox %s: %w", sb.Name, relay.ErrNotFound)
+		return nil, fmt.Errorf("sandbox %s: %w", sb.Name, relay.ErrNotFound)
 	}
 	if errors.Is(err, agent.ErrUnavailable) {
 		err = fmt.Errorf("%w: %w", ErrAgentRequired, err)
 	}
-	return agentRemote{}, err
+	return nil, err
 }
 
 // Inspect reports whether the run is still running. Once its command has
@@ -520,15 +523,15 @@ func (l *Launcher) Inspect(ctx context.Context, h Handle) (State, error) {
 	if err != nil {
 		return State{}, fmt.Errorf("inspect run %s: %w", rec.RunID, err)
 	}
-	defer a.close()
-	st, err := a.c.RunStatus(ctx, rec.StateDir)
+	defer a.Close()
+	st, err := a.Agent().RunStatus(ctx, rec.StateDir)
 	if err != nil {
 		return State{}, fmt.Errorf("inspect run %s: %w", rec.RunID, err)
 	}
 	if st.State == agent.RunRunning || st.State == agent.RunStarting {
 		return State{Running: true}, nil
 	}
-	return l.finish(ctx, dir, rec, sb, &a, st)
+	return l.finish(ctx, dir, rec, sb, a, st)
 }
 
 // maxFinishAttempts bounds how often a run whose pull or session save
@@ -541,7 +544,7 @@ const maxFinishAttempts = 5
 // A failed pull or save is retried by the next call, up to
 // maxFinishAttempts; a missing meta.json or session directory is no
 // failure.
-func (l *Launcher) finish(ctx context.Context, dir string, rec *launchRecord, sb Sandbox, a *agentRemote, st agent.RunStatus) (State, error) {
+func (l *Launcher) finish(ctx context.Context, dir string, rec *launchRecord, sb Sandbox, a transfer.Remote, st agent.RunStatus) (State, error) {
 	log := l.cfg.Logger.With("run_id", rec.RunID, "sandbox", rec.Sandbox)
 	code := st.ExitCode
 	if st.State != agent.RunExited {
@@ -561,7 +564,7 @@ func (l *Launcher) finish(ctx context.Context, dir string, rec *launchRecord, sb
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.FinishTimeout)
 		defer cancel()
 		spec := RunSpec{Out: dir, MetaDir: DefaultMetaDir, Sessions: rec.Sessions, Store: l.cfg.Store, Limits: l.cfg.Limits}
-		pres, pullErr, sessErr = finishThrough(fctx, sb, *a, spec, results, nil)
+		pres, pullErr, sessErr = finishThrough(fctx, sb, a, spec, results, nil)
 	}
 	failed := errors.Join(
 		ignore(pullErr, ErrNoMeta),
@@ -647,13 +650,13 @@ func (l *Launcher) Stop(ctx context.Context, h Handle, timeout time.Duration) er
 	if err != nil {
 		return fmt.Errorf("stop run %s: %w", rec.RunID, err)
 	}
-	defer a.close()
-	st, err := stopCommand(ctx, a.c, rec.StateDir, timeout)
+	defer a.Close()
+	st, err := stopCommand(ctx, a.Agent(), rec.StateDir, timeout)
 	if err != nil {
 		return fmt.Errorf("stop run %s: %w", rec.RunID, err)
 	}
 	l.cfg.Logger.Info("run stopped", "run_id", rec.RunID, "exit_code", st.ExitCode, "state", st.State.String())
-	_, err = l.finish(ctx, dir, rec, sb, &a, st)
+	_, err = l.finish(ctx, dir, rec, sb, a, st)
 	return err
 }
 
@@ -711,10 +714,10 @@ func (l *Launcher) Remove(ctx context.Context, h Handle) error {
 	if rec, err := readRecord(dir); err == nil && !rec.Finished {
 		kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		if a, err := l.connect(kctx, l.sandbox(name)); err == nil {
-			if _, err := a.c.Signal(kctx, rec.StateDir, true); err == nil {
-				waitEnded(kctx, a.c, rec.StateDir, killWait)
+			if _, err := a.Agent().Signal(kctx, rec.StateDir, true); err == nil {
+				waitEnded(kctx, a.Agent(), rec.StateDir, killWait)
 			}
-			a.close()
+			a.Close()
 		}
 		cancel()
 	}

@@ -1,18 +1,15 @@
 package ferry
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
-	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // Artifacts are the files a Rascal worker writes into its meta directory,
@@ -50,7 +47,7 @@ type PullResult struct {
 // each file replaced atomically (rename), after the whole stream has been
 // checked. Absent optional files are listed in Missing; an absent
 // meta.json is ErrNoMeta, with everything else still saved.
-func Pull(ctx context.Context, sb Sandbox, metaDir, out string, limits transfer.Limits) (_ PullResult, err error) {
+func Pull(ctx context.Context, sb Sandbox, metaDir, out string, limits archive.Limits) (_ PullResult, err error) {
 	start := time.Now()
 	res := PullResult{}
 	if metaDir == "" {
@@ -62,9 +59,9 @@ func Pull(ctx context.Context, sb Sandbox, metaDir, out string, limits transfer.
 	if err != nil {
 		return res, err
 	}
-	defer r.close()
+	defer r.Close()
 	res, err = pull(ctx, sb, r, metaDir, out, limits)
-	if cerr := r.close(); cerr != nil && err == nil {
+	if cerr := r.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("pull from %s: %w", sb.Name, cerr)
 	}
 	res.Seconds = time.Since(start).Seconds()
@@ -72,9 +69,9 @@ func Pull(ctx context.Context, sb Sandbox, metaDir, out string, limits transfer.
 }
 
 // pull is Pull through an open remote.
-func pull(ctx context.Context, sb Sandbox, r remote, metaDir, out string, limits transfer.Limits) (PullResult, error) {
-	res := PullResult{Mode: r.mode()}
-	present, err := r.present(ctx, metaDir, Artifacts)
+func pull(ctx context.Context, sb Sandbox, r transfer.Remote, metaDir, out string, limits archive.Limits) (PullResult, error) {
+	res := PullResult{Mode: r.Mode().String()}
+	present, err := r.Present(ctx, metaDir, Artifacts)
 	if err != nil {
 		return res, err
 	}
@@ -96,7 +93,7 @@ func pull(ctx context.Context, sb Sandbox, r remote, metaDir, out string, limits
 			return res, fmt.Errorf("create staging dir: %w", err)
 		}
 		defer os.RemoveAll(stage)
-		cs, err := r.download(ctx, metaDir, present, stage, transfer.PlaceInto, limits)
+		cs, err := r.Download(ctx, metaDir, present, stage, archive.PlaceInto, limits)
 		if err != nil {
 			return res, fmt.Errorf("pull from %s:%s: %w", sb.Name, metaDir, err)
 		}
@@ -118,50 +115,4 @@ func pull(ctx context.Context, sb Sandbox, r remote, metaDir, out string, limits
 		return res, fmt.Errorf("pull from %s:%s: %w", sb.Name, metaDir, ErrNoMeta)
 	}
 	return res, nil
-}
-
-// listPresent returns which of names are regular files in dir, with one
-// exec. The names are ferry's own constants, passed as arguments.
-func listPresent(ctx context.Context, sb Sandbox, dir string, names []string) ([]string, error) {
-	const script = `cd -- "$1" 2>/dev/null || exit 0; shift; for f; do if [ -f "$f" ] && [ ! -L "$f" ]; then printf '%s\n' "$f"; fi; done`
-	var out, errb bytes.Buffer
-	code, err := sb.X.Exec(ctx, &relay.Command{
-		Sandbox: sb.Name,
-		Argv:    append([]string{"sh", "-c", script, "sh", dir}, names...),
-		Stdout:  &limitedBuffer{buf: &out, max: 64 << 10},
-		Stderr:  &limitedBuffer{buf: &errb, max: 4 << 10},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list %s:%s: %w", sb.Name, dir, err)
-	}
-	if code != 0 {
-		return nil, fmt.Errorf("list %s:%s: exit %d: %s", sb.Name, dir, code, strings.TrimSpace(errb.String()))
-	}
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
-	}
-	var present []string
-	sc := bufio.NewScanner(&out)
-	for sc.Scan() {
-		// A login banner may precede the list; only known names count.
-		if line := sc.Text(); want[line] {
-			present = append(present, line)
-			delete(want, line)
-		}
-	}
-	return present, nil
-}
-
-// limitedBuffer keeps at most max bytes and drops the rest.
-type limitedBuffer struct {
-	buf *bytes.Buffer
-	max int
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	if room := l.max - l.buf.Len(); room > 0 {
-		l.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
 }

@@ -81,7 +81,7 @@ func TestSessionSaveRelayLostAfterCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 			transfertest.RandomTree(t, src, 20, transfertest.TreeOptions{Entries: 30})
-			res, err := ferry.SaveSession(ctx(t), e.sb, st, "sess", "lost-key")
+			res, err := ferry.SaveSession(ctx(t), e.sb, st, session.SaveSpec{Dir: "sess", Key: "lost-key"})
 			if err != nil {
 				t.Fatalf("save with the relay cut after the commit: %v, want the committed snapshot", err)
 			}
@@ -97,7 +97,7 @@ func TestSessionSaveRelayLostAfterCommit(t *testing.T) {
 				t.Fatalf("snapshots %+v, %v; want exactly 1", list, err)
 			}
 			verifyOK(t, st, "after the relay was lost")
-			if _, err := ferry.RestoreSession(ctx(t), e.sb, st, "lost-key", "back", ferry.SessionRestoreOptions{Seq: 1}); err != nil {
+			if _, err := ferry.RestoreSession(ctx(t), e.sb, st, session.RestoreSpec{Key: "lost-key", Dir: "back", Seq: 1}); err != nil {
 				t.Fatalf("restore of the snapshot committed before the relay was lost: %v", err)
 			}
 			transfertest.EqualTrees(t, src, filepath.Join(e.root, "back"))
@@ -169,7 +169,7 @@ func TestSessionSaveRelayLostBeforeCommit(t *testing.T) {
 	st, _ := newStore(t, func(b session.Backend) session.Backend { return cutOnChunk{b, func() { once.Do(cc.Cut) }} })
 	e := env{sb: sandboxVia(t, c, variant{Mode: ferry.ModeAgent}), root: filepath.Join(g.Root, "box")}
 	crashTree(t, filepath.Join(e.root, "sess"), 1, 0, 8<<20)
-	_, err := ferry.SaveSession(ctx(t), e.sb, st, "sess", "early-key")
+	_, err := ferry.SaveSession(ctx(t), e.sb, st, session.SaveSpec{Dir: "sess", Key: "early-key"})
 	if !errors.Is(err, relay.ErrRelayLost) {
 		t.Fatalf("save cut at its first chunk: %v, want an error wrapping relay.ErrRelayLost", err)
 	}

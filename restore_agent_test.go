@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferry-dev/ferry/session"
+
 	"github.com/ferry-dev/ferry"
 )
 
@@ -18,10 +20,10 @@ func TestSessionRestoreSendsStoredChunks(t *testing.T) {
 	body := strings.Repeat(line, 20000)
 	write(t, filepath.Join(e.root, "sess"), map[string]string{"t.jsonl": body, "sub/b.jsonl": body[:1000]})
 	st, _ := newStore(t, nil)
-	if _, err := ferry.SaveSession(ctx(t), e.sb, st, "sess", "k"); err != nil {
+	if _, err := ferry.SaveSession(ctx(t), e.sb, st, session.SaveSpec{Dir: "sess", Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
-	rr, err := ferry.RestoreSession(ctx(t), e.sb, st, "k", "dst", ferry.SessionRestoreOptions{})
+	rr, err := ferry.RestoreSession(ctx(t), e.sb, st, session.RestoreSpec{Key: "k", Dir: "dst"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func TestSessionRestoreChunkVanishes(t *testing.T) {
 	write(t, src, files)
 	v := &vanishing{}
 	st, _ := newStore(t, func(b session.Backend) session.Backend { v.Backend = b; return v })
-	if _, err := ferry.SaveSession(ctx(t), e.sb, st, "sess", "k"); err != nil {
+	if _, err := ferry.SaveSession(ctx(t), e.sb, st, session.SaveSpec{Dir: "sess", Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := st.Load(ctx(t), "k", 0)
@@ -70,7 +70,7 @@ func TestSessionRestoreChunkVanishes(t *testing.T) {
 	for _, id := range []session.ID{ids[0], ids[len(ids)/2], ids[len(ids)-1]} {
 		s := id.String()
 		v.gone = "chunks/" + s[:2] + "/" + s
-		_, err := ferry.RestoreSession(ctx(t), e.sb, st, "k", "dst", ferry.SessionRestoreOptions{})
+		_, err := ferry.RestoreSession(ctx(t), e.sb, st, session.RestoreSpec{Key: "k", Dir: "dst"})
 		var ie *session.IntegrityError
 		if !errors.Is(err, session.ErrChunkMissing) || !errors.As(err, &ie) || len(ie.Missing) != 1 || ie.Missing[0] != id || !strings.Contains(err.Error(), s) {
 			t.Fatalf("chunk %s vanished: err = %v, want an IntegrityError naming it missing", s, err)
@@ -84,7 +84,7 @@ func TestSessionRestoreChunkVanishes(t *testing.T) {
 		noLeftovers(t, e.root, 10*time.Second)
 	}
 	v.gone = ""
-	if _, err := ferry.RestoreSession(ctx(t), e.sb, st, "k", "dst", ferry.SessionRestoreOptions{}); err != nil {
+	if _, err := ferry.RestoreSession(ctx(t), e.sb, st, session.RestoreSpec{Key: "k", Dir: "dst"}); err != nil {
 		t.Fatalf("restore with every chunk back: %v", err)
 	}
 }
@@ -174,7 +174,7 @@ func TestSessionRestorePacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ferry.SaveSession(ctx(t), e.sb, st, "sess", "k"); err != nil {
+	if _, err := ferry.SaveSession(ctx(t), e.sb, st, session.SaveSpec{Dir: "sess", Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	var packs []string
@@ -190,7 +190,7 @@ func TestSessionRestorePacks(t *testing.T) {
 		return st
 	}
 	d.gets.Store(0)
-	if _, err := ferry.RestoreSession(ctx(t), e.sb, fresh(), "k", "ok", ferry.SessionRestoreOptions{}); err != nil {
+	if _, err := ferry.RestoreSession(ctx(t), e.sb, fresh(), session.RestoreSpec{Key: "k", Dir: "ok"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := d.gets.Load(); n != int64(len(packs)) {
@@ -206,7 +206,7 @@ func TestSessionRestorePacks(t *testing.T) {
 	} {
 		for _, p := range []string{packs[0], packs[len(packs)-1]} {
 			tc.set(p)
-			_, err := ferry.RestoreSession(ctx(t), e.sb, fresh(), "k", "dst", ferry.SessionRestoreOptions{})
+			_, err := ferry.RestoreSession(ctx(t), e.sb, fresh(), session.RestoreSpec{Key: "k", Dir: "dst"})
 			var ie *session.IntegrityError
 			if !errors.Is(err, tc.want) || !errors.As(err, &ie) || !slices.Contains(ie.Packs, p) || !strings.Contains(err.Error(), p) {
 				t.Fatalf("pack %s %s: err = %v, want an IntegrityError (%v) naming it", p, tc.name, err, tc.want)

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/ferry-dev/ferry"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
@@ -40,7 +40,7 @@ func testRoundTripRandomTrees(t *testing.T, mode variant) {
 				t.Fatalf("upload stats %+v, tree %+v", up, want)
 			}
 			back := filepath.Join(t.TempDir(), "back")
-			down, err := ferry.Download(ctx(t), e.sb, []string{remote}, back, transfer.Limits{})
+			down, err := ferry.Download(ctx(t), e.sb, []string{remote}, back, archive.Limits{})
 			if err != nil {
 				t.Fatal(err)
 			}

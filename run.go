@@ -13,6 +13,7 @@ import (
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // Mapping is one LOCAL:REMOTE pair.
@@ -48,7 +49,7 @@ type RunSpec struct {
 	// PullTimeout bounds the artifact pull after the command, which runs
 	// even when ctx was cancelled. Default 2 minutes.
 	PullTimeout time.Duration
-	Limits      transfer.Limits
+	Limits      archive.Limits
 	// Sessions are restored from Store before the command (a key without
 	// a snapshot yet is a task's first run) and saved after it, also
 	// after a failure, a timeout or a cancelled ctx.
@@ -63,10 +64,10 @@ type SessionMapping struct {
 
 // RunSession is what a run did with one session.
 type RunSession struct {
-	Key      string                `json:"key"`
-	Restored *SessionRestoreResult `json:"restored,omitempty"`
-	Saved    *SessionSaveResult    `json:"saved,omitempty"`
-	Error    string                `json:"error,omitempty"`
+	Key      string                 `json:"key"`
+	Restored *session.RestoreResult `json:"restored,omitempty"`
+	Saved    *session.SaveResult    `json:"saved,omitempty"`
+	Error    string                 `json:"error,omitempty"`
 }
 
 // RunResult is what a run did.
@@ -103,13 +104,13 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	}
 	// The pre-exec phase: inputs, secrets and sessions; in agent mode one
 	// exec carries it all.
-	var r remote
+	var r transfer.Remote
 	var err error
 	if res.Sessions, r, err = prepareIdle(ctx, sb, spec); err != nil {
 		return res, err
 	}
 	var finish func() int64
-	if spec.Lines != nil && r.mode() == "agent" {
+	if spec.Lines != nil && r.Mode() == transfer.ModeAgent {
 		if finish, err = followRun(ctx, sb, spec); err != nil {
 			return res, err
 		}
@@ -164,8 +165,8 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 
 // prepareIdle is the pre-exec phase through one connection, which it
 // closes, under sb's idle timeout (not the command's: that may be silent
-// for long). It returns the closed remote, for its mode.
-func prepareIdle(ctx context.Context, sb Sandbox, spec RunSpec) (_ []RunSession, _ remote, err error) {
+// for long). It returns the closed transfer.Remote, for its mode.
+func prepareIdle(ctx context.Context, sb Sandbox, spec RunSpec) (_ []RunSession, _ transfer.Remote, err error) {
 	ctx, sb, idle := sb.watchIdle(ctx, "run: inputs to "+sb.Name)
 	defer func() { err = idle.end(err) }()
 	r, err := sb.open(ctx)
@@ -174,10 +175,10 @@ func prepareIdle(ctx context.Context, sb Sandbox, spec RunSpec) (_ []RunSession,
 	}
 	sessions, err := prepareRun(ctx, sb, r, spec)
 	if err != nil {
-		r.close()
+		r.Close()
 		return sessions, r, err
 	}
-	if err := r.close(); err != nil {
+	if err := r.Close(); err != nil {
 		return sessions, r, fmt.Errorf("run: inputs to %s: %w", sb.Name, err)
 	}
 	return sessions, r, nil
@@ -225,13 +226,13 @@ func showRest(name string, n int64, w io.Writer) {
 // prepareRun is the pre-exec phase of a run through r: inputs, secrets,
 // then the sessions, each restored from the store (a key without a
 // snapshot yet is a task's first run, and restores nothing).
-func prepareRun(ctx context.Context, sb Sandbox, r remote, spec RunSpec) ([]RunSession, error) {
+func prepareRun(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunSpec) ([]RunSession, error) {
 	if err := prepare(ctx, sb, r, spec); err != nil {
 		return nil, err
 	}
 	var sessions []RunSession
 	for _, m := range spec.Sessions {
-		rr, err := restoreSession(ctx, sb, r, spec.Store, m.Key, m.Remote, SessionRestoreOptions{AllowMissing: true, Replace: true})
+		rr, err := spec.Store.RestoreTo(ctx, r, session.RestoreSpec{Key: m.Key, Dir: m.Remote, AllowMissing: true, Replace: true})
 		if err != nil {
 			return sessions, fmt.Errorf("run: %w", err)
 		}
@@ -253,13 +254,13 @@ func finishRun(ctx context.Context, sb Sandbox, spec RunSpec, sessions []RunSess
 	if err != nil {
 		return PullResult{}, err, err
 	}
-	defer r.close()
+	defer r.Close()
 	return finishThrough(ctx, sb, r, spec, sessions, idle)
 }
 
-// finishThrough is finishRun through an open remote, which it closes;
+// finishThrough is finishRun through an open transfer.Remote, which it closes;
 // idle, when not nil, is held while a save waits for a prune.
-func finishThrough(ctx context.Context, sb Sandbox, r remote, spec RunSpec, sessions []RunSession, idle *idleWatch) (pres PullResult, pullErr, sessionErr error) {
+func finishThrough(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunSpec, sessions []RunSession, idle *idleWatch) (pres PullResult, pullErr, sessionErr error) {
 	start := time.Now()
 	metaDir := spec.MetaDir
 	if metaDir == "" {
@@ -274,7 +275,7 @@ func finishThrough(ctx context.Context, sb Sandbox, r remote, spec RunSpec, sess
 	// The session is saved however the command ended: the next run of the
 	// task resumes from it.
 	for i, m := range spec.Sessions {
-		sr, err := saveSession(ctx, sb, r, spec.Store, m.Remote, m.Key)
+		sr, err := spec.Store.SaveFrom(ctx, r, session.SaveSpec{Dir: m.Remote, Key: m.Key})
 		if err != nil {
 			sessions[i].Error = err.Error()
 			if sessionErr == nil {
@@ -284,7 +285,7 @@ func finishThrough(ctx context.Context, sb Sandbox, r remote, spec RunSpec, sess
 		}
 		sessions[i].Saved = &sr
 	}
-	if err := r.close(); err != nil {
+	if err := r.Close(); err != nil {
 		// The channel failed after the work: what succeeded above is
 		// complete (the artifacts are in place, each saved snapshot is
 		// committed) and is reported so, with the failure beside it.
@@ -303,9 +304,9 @@ func finishThrough(ctx context.Context, sb Sandbox, r remote, spec RunSpec, sess
 }
 
 // prepare uploads a run's inputs and secrets through r.
-func prepare(ctx context.Context, sb Sandbox, r remote, spec RunSpec) error {
+func prepare(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunSpec) error {
 	for _, in := range spec.Inputs {
-		if _, err := upload(ctx, sb, r, []string{in.Local}, in.Remote); err != nil {
+		if _, err := transfer.Upload(ctx, r, []string{in.Local}, in.Remote); err != nil {
 			return fmt.Errorf("input %s: %w", in.Local, err)
 		}
 	}
@@ -336,7 +337,7 @@ func appendFile(dst string, src *os.File) error {
 // uploadSecret uploads one secret file and then tightens its modes. The
 // content travels only in the tar stream on stdin; the follow-up chmod
 // names paths, nothing else.
-func uploadSecret(ctx context.Context, sb Sandbox, r remote, m Mapping) error {
+func uploadSecret(ctx context.Context, sb Sandbox, r transfer.Remote, m Mapping) error {
 	fi, err := os.Stat(m.Local)
 	if err != nil {
 		return fmt.Errorf("stat: %w", ErrNoSource)
@@ -345,13 +346,13 @@ func uploadSecret(ctx context.Context, sb Sandbox, r remote, m Mapping) error {
 		return errors.New("a secret must be a regular file")
 	}
 	dir := path.Dir(m.Remote)
-	if _, ok := r.(agentRemote); ok {
+	if r.Agent() != nil {
 		return uploadSecretAgent(ctx, sb, r, m, dir)
 	}
 	if err := shell(ctx, sb, `mkdir -p -- "$1" && chmod 700 -- "$1"`, dir); err != nil {
 		return fmt.Errorf("prepare %s:%s: %w", sb.Name, dir, err)
 	}
-	if _, err := upload(ctx, sb, r, []string{m.Local}, m.Remote); err != nil {
+	if _, err := transfer.Upload(ctx, r, []string{m.Local}, m.Remote); err != nil {
 		return err
 	}
 	if err := shell(ctx, sb, `chmod 600 -- "$1"`, m.Remote); err != nil {
@@ -364,7 +365,7 @@ func uploadSecret(ctx context.Context, sb Sandbox, r remote, m Mapping) error {
 // a private copy, 0600 in a 0700 directory, is what the agent extracts, so
 // no second call is needed and the file is never readable by others, not
 // even for a moment.
-func uploadSecretAgent(ctx context.Context, sb Sandbox, r remote, m Mapping, dir string) error {
+func uploadSecretAgent(ctx context.Context, sb Sandbox, r transfer.Remote, m Mapping, dir string) error {
 	tmp, err := os.MkdirTemp("", "ferry-secret-")
 	if err != nil {
 		return fmt.Errorf("stage: %w", err)
@@ -378,16 +379,16 @@ func uploadSecretAgent(ctx context.Context, sb Sandbox, r remote, m Mapping, dir
 	if err := copyPrivate(m.Local, filepath.Join(stage, name)); err != nil {
 		return err
 	}
-	kind, err := r.stat(ctx, dir, true)
+	kind, err := r.Stat(ctx, dir, true)
 	if err != nil {
 		return fmt.Errorf("stat %s:%s: %w", sb.Name, dir, err)
 	}
 	switch kind {
-	case transfer.Missing:
+	case archive.Missing:
 		// The directory goes too, so it lands 0700.
-		_, err = r.upload(ctx, []item{{stage, path.Base(dir)}}, dir, transfer.PlaceAs, 2)
-	case transfer.Dir:
-		_, err = r.upload(ctx, []item{{filepath.Join(stage, name), name}}, dir, transfer.PlaceInto, 1)
+		_, err = r.Upload(ctx, transfer.Items(ctx, transfer.Item{Src: stage, Name: path.Base(dir)}), dir, archive.PlaceAs, 2)
+	case archive.Dir:
+		_, err = r.Upload(ctx, transfer.Items(ctx, transfer.Item{Src: filepath.Join(stage, name), Name: name}), dir, archive.PlaceInto, 1)
 	default:
 		return fmt.Errorf("%s:%s: %w", sb.Name, dir, ErrNotDir)
 	}
@@ -418,12 +419,6 @@ func copyPrivate(src, dst string) error {
 // shell runs a short sh script whose arguments are paths; anything but
 // exit 0 is an error.
 func shell(ctx context.Context, sb Sandbox, script string, args ...string) error {
-	code, err := sb.X.Exec(ctx, &relay.Command{Sandbox: sb.Name, Argv: append([]string{"sh", "-c", script, "sh"}, args...)})
-	if err != nil {
-		return err
-	}
-	if code != 0 {
-		return fmt.Errorf("exit status %d", code)
-	}
-	return nil
+	_, err := transfer.Shell(ctx, sb.target(), script, args...)
+	return err
 }

@@ -91,7 +91,7 @@ func testSessionSaveCutMidSave(t *testing.T, mode variant) {
 		cc := gc.Client(t, openshell.Config{})
 		gc.Sandbox(t, cc, "box")
 		crashTree(t, filepath.Join(gc.Root, "box", "r0"), 0, base, fresh)
-		_, err := ferry.SaveSession(ctx(t), sandboxVia(t, cc, mode), st, "r0", key)
+		_, err := ferry.SaveSession(ctx(t), sandboxVia(t, cc, mode), st, session.SaveSpec{Dir: "r0", Key: key})
 		if !errors.Is(err, relay.ErrRelayLost) {
 			t.Fatalf("first save cut: err = %v, want one wrapping relay.ErrRelayLost", err)
 		}
@@ -100,7 +100,7 @@ func testSessionSaveCutMidSave(t *testing.T, mode variant) {
 		}
 		verifyOK(t, st, "after a cut first save")
 	})
-	if _, err := ferry.SaveSession(ctx(t), sb0, st, "r0", key); err != nil {
+	if _, err := ferry.SaveSession(ctx(t), sb0, st, session.SaveSpec{Dir: "r0", Key: key}); err != nil {
 		t.Fatal(err)
 	}
 	prev := int64(1)
@@ -113,7 +113,7 @@ func testSessionSaveCutMidSave(t *testing.T, mode variant) {
 			cc := gc.Client(t, openshell.Config{})
 			gc.Sandbox(t, cc, "box")
 			crashTree(t, filepath.Join(gc.Root, "box", dir), round, base, fresh)
-			_, err := ferry.SaveSession(ctx(t), sandboxVia(t, cc, mode), st, dir, key)
+			_, err := ferry.SaveSession(ctx(t), sandboxVia(t, cc, mode), st, session.SaveSpec{Dir: dir, Key: key})
 			if !errors.Is(err, relay.ErrRelayLost) {
 				t.Fatalf("save cut after %d bytes: err = %v, want one wrapping relay.ErrRelayLost", cut, err)
 			}
@@ -126,7 +126,7 @@ func testSessionSaveCutMidSave(t *testing.T, mode variant) {
 			restoreLocal(t, st, key, prev, prevDir)
 			if round == 1 {
 				back := fmt.Sprintf("back%d", round)
-				if _, err := ferry.RestoreSession(ctx(t), sb0, st, key, back, ferry.SessionRestoreOptions{Seq: prev}); err != nil {
+				if _, err := ferry.RestoreSession(ctx(t), sb0, st, session.RestoreSpec{Key: key, Dir: back, Seq: prev}); err != nil {
 					t.Fatalf("restore through the gateway after the cut: %v", err)
 				}
 				transfertest.EqualTrees(t, prevDir, filepath.Join(box0, back))
@@ -134,7 +134,7 @@ func testSessionSaveCutMidSave(t *testing.T, mode variant) {
 
 			// The retry, through the uncut gateway, of the same tree.
 			crashTree(t, filepath.Join(box0, dir), round, base, fresh)
-			res, err := ferry.SaveSession(ctx(t), sb0, st, dir, key)
+			res, err := ferry.SaveSession(ctx(t), sb0, st, session.SaveSpec{Dir: dir, Key: key})
 			if err != nil {
 				t.Fatalf("retry after the cut: %v", err)
 			}

@@ -75,7 +75,7 @@ func testSessionRoundTrip(t *testing.T, mode variant) {
 	tr := transfertest.RandomTree(t, src, 5, transfertest.TreeOptions{BigFiles: 1, BigFileSize: 1 << 20})
 	st, _ := newStore(t, nil)
 
-	res, err := ferry.SaveSession(ctx(t), sb, st, "sess", "k1")
+	res, err := ferry.SaveSession(ctx(t), sb, st, session.SaveSpec{Dir: "sess", Key: "k1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func testSessionRoundTrip(t *testing.T, mode variant) {
 		t.Errorf("save result %+v, tree %+v", res, tr)
 	}
 
-	rr, err := ferry.RestoreSession(ctx(t), sb, st, "k1", "deep/restored", ferry.SessionRestoreOptions{})
+	rr, err := ferry.RestoreSession(ctx(t), sb, st, session.RestoreSpec{Key: "k1", Dir: "deep/restored"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func testSessionRoundTrip(t *testing.T, mode variant) {
 	if err := os.Mkdir(filepath.Join(otherRoot, "empty"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ferry.RestoreSession(ctx(t), other, st, "k1", "empty", ferry.SessionRestoreOptions{}); err != nil {
+	if _, err := ferry.RestoreSession(ctx(t), other, st, session.RestoreSpec{Key: "k1", Dir: "empty"}); err != nil {
 		t.Fatal(err)
 	}
 	transfertest.EqualTrees(t, src, filepath.Join(otherRoot, "empty"))
@@ -109,14 +109,14 @@ func testSessionRoundTrip(t *testing.T, mode variant) {
 	if err := os.WriteFile(extra, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = ferry.RestoreSession(ctx(t), sb, st, "k1", "deep/restored", ferry.SessionRestoreOptions{})
+	_, err = ferry.RestoreSession(ctx(t), sb, st, session.RestoreSpec{Key: "k1", Dir: "deep/restored"})
 	if !errors.Is(err, session.ErrNotEmpty) || !strings.Contains(err.Error(), "deep/restored") {
 		t.Fatalf("restore into a non-empty dir: err = %v, want ErrNotEmpty naming it", err)
 	}
 	if _, err := os.Stat(extra); err != nil {
 		t.Fatalf("refused restore touched the target: %v", err)
 	}
-	if _, err := ferry.RestoreSession(ctx(t), sb, st, "k1", "deep/restored", ferry.SessionRestoreOptions{Replace: true}); err != nil {
+	if _, err := ferry.RestoreSession(ctx(t), sb, st, session.RestoreSpec{Key: "k1", Dir: "deep/restored", Replace: true}); err != nil {
 		t.Fatal(err)
 	}
 	transfertest.EqualTrees(t, src, restored)
@@ -124,7 +124,7 @@ func testSessionRoundTrip(t *testing.T, mode variant) {
 	leftovers(t, boxRoot)
 
 	// A second save of the restored, unchanged tree stores nothing new.
-	res2, err := ferry.SaveSession(ctx(t), sb, st, "deep/restored", "k1")
+	res2, err := ferry.SaveSession(ctx(t), sb, st, session.SaveSpec{Dir: "deep/restored", Key: "k1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,11 +138,11 @@ func TestSessionRestoreMissing(t *testing.T) { forModes(t, testSessionRestoreMis
 func testSessionRestoreMissing(t *testing.T, mode variant) {
 	e := newEnvVia(t, mode)
 	st, _ := newStore(t, nil)
-	_, err := ferry.RestoreSession(ctx(t), e.sb, st, "nokey", "s", ferry.SessionRestoreOptions{})
+	_, err := ferry.RestoreSession(ctx(t), e.sb, st, session.RestoreSpec{Key: "nokey", Dir: "s"})
 	if !errors.Is(err, session.ErrNoSnapshot) {
 		t.Fatalf("unknown key: err = %v, want ErrNoSnapshot", err)
 	}
-	res, err := ferry.RestoreSession(ctx(t), e.sb, st, "nokey", "s", ferry.SessionRestoreOptions{AllowMissing: true})
+	res, err := ferry.RestoreSession(ctx(t), e.sb, st, session.RestoreSpec{Key: "nokey", Dir: "s", AllowMissing: true})
 	if err != nil || !res.Missing || res.Snapshot != 0 {
 		t.Fatalf("AllowMissing: %+v, %v; want a no-op saying Missing", res, err)
 	}
@@ -160,7 +160,7 @@ func testSessionRestoreCorruptChunk(t *testing.T, mode variant) {
 	src := filepath.Join(e.root, "sess")
 	write(t, src, map[string]string{"a.jsonl": strings.Repeat("line\n", 1000), "b/c": "C", "e/": ""})
 	st, dir := newStore(t, nil)
-	if _, err := ferry.SaveSession(ctx(t), e.sb, st, "sess", "k"); err != nil {
+	if _, err := ferry.SaveSession(ctx(t), e.sb, st, session.SaveSpec{Dir: "sess", Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	chunks, err := filepath.Glob(filepath.Join(dir, "chunks", "*", "*"))
@@ -170,7 +170,7 @@ func testSessionRestoreCorruptChunk(t *testing.T, mode variant) {
 	if err := os.WriteFile(chunks[0], []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = ferry.RestoreSession(ctx(t), e.sb, st, "k", "dst", ferry.SessionRestoreOptions{})
+	_, err = ferry.RestoreSession(ctx(t), e.sb, st, session.RestoreSpec{Key: "k", Dir: "dst"})
 	if !errors.Is(err, session.ErrChunkCorrupt) || !strings.Contains(err.Error(), filepath.Base(chunks[0])) {
 		t.Fatalf("err = %v, want ErrChunkCorrupt naming %s", err, filepath.Base(chunks[0]))
 	}
@@ -211,7 +211,7 @@ func testSessionConcurrentSaves(t *testing.T, mode variant) {
 	errs := make([]error, 2)
 	var run sync.WaitGroup
 	for i, dir := range []string{"s1", "s2"} {
-		run.Go(func() { _, errs[i] = ferry.SaveSession(ctx(t), e.sb, st, dir, "racy-key") })
+		run.Go(func() { _, errs[i] = ferry.SaveSession(ctx(t), e.sb, st, session.SaveSpec{Dir: dir, Key: "racy-key"}) })
 	}
 	run.Wait()
 	var won, lost int
@@ -251,7 +251,7 @@ func TestSessionSaveWireBytes(t *testing.T) {
 	tr := transfertest.RandomTree(t, src, 9, transfertest.TreeOptions{BigFiles: 2, BigFileSize: 1 << 20})
 	st, _ := newStore(t, nil)
 
-	first, err := ferry.SaveSession(ctx(t), sb, st, "sess", "k1")
+	first, err := ferry.SaveSession(ctx(t), sb, st, session.SaveSpec{Dir: "sess", Key: "k1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestSessionSaveWireBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	second, err := ferry.SaveSession(ctx(t), sb, st, "sess", "k1")
+	second, err := ferry.SaveSession(ctx(t), sb, st, session.SaveSpec{Dir: "sess", Key: "k1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func TestSessionSaveWireBytes(t *testing.T) {
 		t.Errorf("second save after a 900-byte append: %+v; first %d wire bytes", second, first.WireBytes)
 	}
 
-	other, err := ferry.SaveSession(ctx(t), sb, st, "sess", "k2")
+	other, err := ferry.SaveSession(ctx(t), sb, st, session.SaveSpec{Dir: "sess", Key: "k2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestSessionSaveWireBytes(t *testing.T) {
 		t.Errorf("save of the same tree under another key: %+v; want every chunk fetched (%d wire bytes at first), none stored", other, first.WireBytes)
 	}
 	t.Logf("wire bytes: first save %d, second %d, another key's %d", first.WireBytes, second.WireBytes, other.WireBytes)
-	rr, err := ferry.RestoreSession(ctx(t), sb, st, "k2", "restored", ferry.SessionRestoreOptions{})
+	rr, err := ferry.RestoreSession(ctx(t), sb, st, session.RestoreSpec{Key: "k2", Dir: "restored"})
 	if err != nil {
 		t.Fatal(err)
 	}

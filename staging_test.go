@@ -22,7 +22,7 @@ import (
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/openshell"
 	"github.com/ferry-dev/ferry/session"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
@@ -213,7 +213,7 @@ func newSavedSession(t *testing.T, mode ferry.Mode, seed uint64, n, extra int) s
 	}
 	write(t, ss.root, files)
 	ss.st, _ = newStore(t, nil)
-	if _, err := ferry.SaveSession(ctx(t), ss.sb, ss.st, "sess", "k"); err != nil {
+	if _, err := ferry.SaveSession(ctx(t), ss.sb, ss.st, session.SaveSpec{Dir: "sess", Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	return ss
@@ -265,7 +265,7 @@ func testSessionRestoreRelayDropStaging(t *testing.T, mode ferry.Mode) {
 				}
 			}()
 			gone := strings.Count(g.Seen.String(), gatewayClientGone)
-			_, err := ferry.RestoreSession(ctx(t), dsb, st, "k", "sub/dst", ferry.SessionRestoreOptions{})
+			_, err := ferry.RestoreSession(ctx(t), dsb, st, session.RestoreSpec{Key: "k", Dir: "sub/dst"})
 			close(done)
 			<-watched
 			if err == nil {
@@ -293,7 +293,7 @@ func testSessionRestoreRelayDropStaging(t *testing.T, mode ferry.Mode) {
 				left++
 			}
 			before := logs.String()
-			if _, err := ferry.RestoreSession(ctx(t), sb, st, "k", "sub/dst", ferry.SessionRestoreOptions{}); err != nil {
+			if _, err := ferry.RestoreSession(ctx(t), sb, st, session.RestoreSpec{Key: "k", Dir: "sub/dst"}); err != nil {
 				t.Fatalf("the next restore: %v", err)
 			}
 			transfertest.EqualTrees(t, filepath.Join(root, "sess"), target)
@@ -345,7 +345,7 @@ func testSessionRestoreSparesLiveStaging(t *testing.T, mode ferry.Mode) {
 	hsb.X = holdRelay{x: c, after: 256 << 10, release: release}
 	held := make(chan error, 1)
 	go func() {
-		_, err := ferry.RestoreSession(context.Background(), hsb, st, "k", "sub/a", ferry.SessionRestoreOptions{})
+		_, err := ferry.RestoreSession(context.Background(), hsb, st, session.RestoreSpec{Key: "k", Dir: "sub/a"})
 		held <- err
 	}()
 	var live []string
@@ -362,12 +362,12 @@ func testSessionRestoreSparesLiveStaging(t *testing.T, mode ferry.Mode) {
 		t.Fatalf("the held restore's staging: %v, want one", live)
 	}
 	// And a stale one, as a killed transfer leaves it.
-	stale := filepath.Join(sub, map[ferry.Mode]string{ferry.ModePOSIX: ".ferry-up-00ff", ferry.ModeAgent: transfer.StagingPrefix + "00ff"}[mode])
+	stale := filepath.Join(sub, map[ferry.Mode]string{ferry.ModePOSIX: ".ferry-up-00ff", ferry.ModeAgent: archive.StagingPrefix + "00ff"}[mode])
 	marker := map[ferry.Mode][2]string{ferry.ModePOSIX: {"pid", "999999999\n"}, ferry.ModeAgent: {"lock", "ferry staging directory\npid 999999999\n"}}[mode]
 	write(t, stale, map[string]string{marker[0]: marker[1], "tree/half": "half"})
 
 	before := logs.String()
-	if _, err := ferry.RestoreSession(ctx(t), sb, st, "k", "sub/b", ferry.SessionRestoreOptions{}); err != nil {
+	if _, err := ferry.RestoreSession(ctx(t), sb, st, session.RestoreSpec{Key: "k", Dir: "sub/b"}); err != nil {
 		close(release)
 		t.Fatalf("the second restore: %v", err)
 	}
@@ -420,7 +420,7 @@ func testDownloadCancelledStaging(t *testing.T, mode variant) {
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	_, err := ferry.Download(cctx, e.sb, []string{"tree"}, dst, transfer.Limits{})
+	_, err := ferry.Download(cctx, e.sb, []string{"tree"}, dst, archive.Limits{})
 	cancel()
 	<-staged
 	if err == nil {
@@ -429,9 +429,9 @@ func testDownloadCancelledStaging(t *testing.T, mode variant) {
 	if des, _ := os.ReadDir(local); len(des) != 0 {
 		t.Fatalf("a cancelled download left %v", des)
 	}
-	stale := filepath.Join(local, transfer.StagingPrefix+"0badc0de")
+	stale := filepath.Join(local, archive.StagingPrefix+"0badc0de")
 	write(t, stale, map[string]string{"lock": "ferry staging directory\npid 999999999\n", "tree/tree/f0": "half"})
-	if _, err := ferry.Download(ctx(t), e.sb, []string{"tree"}, dst, transfer.Limits{}); err != nil {
+	if _, err := ferry.Download(ctx(t), e.sb, []string{"tree"}, dst, archive.Limits{}); err != nil {
 		t.Fatal(err)
 	}
 	if des, _ := os.ReadDir(local); len(des) != 1 || des[0].Name() != "down" {

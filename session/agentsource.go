@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/cdc"
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
@@ -34,7 +34,7 @@ const (
 var ErrAgent = errors.New("session: invalid answer from the agent")
 
 // AgentSource is a Source in a sandbox, read through ferry's agent: the
-// agent walks Dir, cuts files into chunks with cdc.Default and hashes them
+// agent walks Dir, cuts files into chunks with cdc.Default() and hashes them
 // next to the data, and the host fetches the chunks it needs, each
 // re-hashed on arrival. The tree and its entries are those DirSource
 // gives for the same directory (same chunker, same modes, mtimes and
@@ -44,7 +44,7 @@ var ErrAgent = errors.New("session: invalid answer from the agent")
 // answers are as hostile as a crafted tar. Every entry is checked (clean
 // relative path, in strictly ascending walk order, so no duplicates; known
 // kind; chunks contiguous from offset 0, each of 1 to MaxChunkSize bytes
-// and all but the last of at least cdc.Default's Min, adding up to the
+// and all but the last of at least cdc.Default()'s Min, adding up to the
 // size; a file within the restore's size limit, see checkSaveLimits)
 // before anything is fetched, and every fetched chunk must hash to its ID.
 // A chunk ID from the agent is a claim, not a proof: knowing another key's
@@ -60,8 +60,8 @@ var ErrAgent = errors.New("session: invalid answer from the agent")
 // that another key holds already.
 //
 // Any violation fails the save, which then commits nothing; the error
-// matches ErrAgent, transfer.ErrLimit or transfer.ErrLinkEscape for an
-// entry, or transfer.ErrDigest for a chunk's bytes (including a zstd frame
+// matches ErrAgent, archive.ErrLimit or archive.ErrLinkEscape for an
+// entry, or archive.ErrDigest for a chunk's bytes (including a zstd frame
 // the store's reader would refuse).
 //
 // A file written to between the scan and the fetch of its chunks fails the
@@ -103,7 +103,7 @@ func (a *AgentSource) Scan(ctx context.Context, prev *Parent, sink Sink) error {
 	}
 	f := &fetcher{a: a, sink: sink, want: map[ID]bool{}}
 	w := &agentWalk{files: prev.Files()}
-	err := a.Client.Scan(ctx, a.Dir, known, cdc.Default, func(se *agentv1.ScanEntry) error {
+	err := a.Client.Scan(ctx, a.Dir, known, cdc.Default(), func(se *agentv1.ScanEntry) error {
 		e, chunks, err := a.entry(se, w)
 		if err != nil {
 			return fmt.Errorf("scan %s: %w", a.Dir, err)
@@ -173,7 +173,7 @@ func (a *AgentSource) entry(se *agentv1.ScanEntry, w *agentWalk) (Entry, []*agen
 		return bad("unsafe path")
 	}
 	if w.n > 0 {
-		switch transfer.CompareWalk(w.last, p) {
+		switch archive.CompareWalk(w.last, p) {
 		case 0:
 			return bad("duplicate")
 		case 1:
@@ -218,10 +218,10 @@ func (a *AgentSource) entry(se *agentv1.ScanEntry, w *agentWalk) (Entry, []*agen
 			e.Chunks = o.Chunks
 			return e, nil, nil
 		}
-		if e.Size > transfer.DefaultLimits.MaxFileSize {
-			return Entry{}, nil, fmt.Errorf("%w: entry %q: file of %d bytes, a restore takes at most %d", transfer.ErrLimit, p, e.Size, transfer.DefaultLimits.MaxFileSize)
+		if e.Size > archive.DefaultLimits.MaxFileSize {
+			return Entry{}, nil, fmt.Errorf("%w: entry %q: file of %d bytes, a restore takes at most %d", archive.ErrLimit, p, e.Size, archive.DefaultLimits.MaxFileSize)
 		}
-		// cdc.Default cuts no chunk but the last under its Min: a list of
+		// cdc.Default() cuts no chunk but the last under its Min: a list of
 		// smaller ones (a million one-byte references to one chunk) is a
 		// manifest bomb, refused before it is held twice.
 		if n := int64(len(se.GetChunks())); n > maxFileChunks(e.Size) {
@@ -236,8 +236,8 @@ func (a *AgentSource) entry(se *agentv1.ScanEntry, w *agentWalk) (Entry, []*agen
 			if c.GetOffset() != off || c.GetSize() < 1 || c.GetSize() > MaxChunkSize || len(c.GetId()) != len(ID{}) {
 				return bad("chunk %d: offset %d, size %d, id of %d bytes, want offset %d", i, c.GetOffset(), c.GetSize(), len(c.GetId()), off)
 			}
-			if i < last && c.GetSize() < int64(cdc.Default.Min) {
-				return bad("chunk %d of %d: %d bytes, under the chunker's minimum %d", i, last+1, c.GetSize(), cdc.Default.Min)
+			if i < last && c.GetSize() < int64(cdc.Default().Min) {
+				return bad("chunk %d of %d: %d bytes, under the chunker's minimum %d", i, last+1, c.GetSize(), cdc.Default().Min)
 			}
 			e.Chunks[i] = ChunkRef{ID: ID(c.GetId()), Size: c.GetSize()}
 			off += c.GetSize()

@@ -10,14 +10,14 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // FuzzAgentEntry feeds AgentSource.entry what a hostile agent may answer
 // a scan with (the fuzz input is a ScanResponse on the wire): it never
-// panics, refuses with ErrAgent or transfer.ErrLimit, and what it accepts
+// panics, refuses with ErrAgent or archive.ErrLimit, and what it accepts
 // is what the manifest reader and a restore take: a valid entry within
-// the restore's file size, no more chunks than cdc.Default cuts, a record
+// the restore's file size, no more chunks than cdc.Default() cuts, a record
 // and a JSON form that read back the same, JSON no shorter than the
 // save's early estimate.
 func FuzzAgentEntry(f *testing.F) {
@@ -50,8 +50,8 @@ func FuzzAgentEntry(f *testing.F) {
 		for _, se := range resp.GetEntries() {
 			e, chunks, err := a.entry(se, w)
 			if err != nil {
-				if !errors.Is(err, ErrAgent) && !errors.Is(err, transfer.ErrLimit) {
-					t.Fatalf("entry %q: %v, want ErrAgent or transfer.ErrLimit", se.GetPath(), err)
+				if !errors.Is(err, ErrAgent) && !errors.Is(err, archive.ErrLimit) {
+					t.Fatalf("entry %q: %v, want ErrAgent or archive.ErrLimit", se.GetPath(), err)
 				}
 				return
 			}

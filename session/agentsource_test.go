@@ -14,9 +14,9 @@ import (
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/session"
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
@@ -334,8 +334,8 @@ func TestAgentSourceHostile(t *testing.T) {
 		{"file with target", []*agentv1.ScanEntry{func() *agentv1.ScanEntry { e := file("a", data); e.Target = "/etc"; return e }()}, honest, session.ErrAgent, `"a"`},
 		{"mode bits", []*agentv1.ScanEntry{func() *agentv1.ScanEntry { e := file("a", data); e.Mode = 1 << 20; return e }()}, honest, session.ErrAgent, `"a"`},
 		{"unknown unchanged", []*agentv1.ScanEntry{{Path: "a", Kind: agentv1.Kind_KIND_FILE, Size: 3, Unchanged: true}}, honest, session.ErrAgent, `"a"`},
-		{"wrong chunk bytes", []*agentv1.ScanEntry{file("a", data)}, map[string][]byte{"a": []byte("file CONTENT")}, transfer.ErrDigest, "a at 0"},
-		{"wrong second chunk", []*agentv1.ScanEntry{file("a", data), dirEntry("d"), file("d/b", []byte("other"))}, map[string][]byte{"a": data, "d/b": []byte("OTHER")}, transfer.ErrDigest, "d/b at 0"},
+		{"wrong chunk bytes", []*agentv1.ScanEntry{file("a", data)}, map[string][]byte{"a": []byte("file CONTENT")}, archive.ErrDigest, "a at 0"},
+		{"wrong second chunk", []*agentv1.ScanEntry{file("a", data), dirEntry("d"), file("d/b", []byte("other"))}, map[string][]byte{"a": data, "d/b": []byte("OTHER")}, archive.ErrDigest, "d/b at 0"},
 		{"parent not a dir", []*agentv1.ScanEntry{file("d/b", data)}, honest, session.ErrManifest, `"d/b"`},
 	}
 	for _, tc := range cases {

@@ -15,7 +15,7 @@ import (
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
 
-// MaxChunkSize is the largest chunk the store accepts: cdc.Default's Max.
+// MaxChunkSize is the largest chunk the store accepts: cdc.Default()'s Max.
 const MaxChunkSize = 128 << 10
 
 const chunkPrefix = "chunks/"

@@ -21,7 +21,7 @@ import (
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/session"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/cdc"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
@@ -165,15 +165,15 @@ func TestAgentSourceClaimedChunks(t *testing.T) {
 	}{
 		{"victim's chunks, zero bytes sent", false,
 			func(v []session.ChunkRef) []*agentv1.ScanEntry { return []*agentv1.ScanEntry{claimOf("stolen", v)} },
-			func(*claimAgent, []byte) {}, transfer.ErrDigest, "stolen at 0"},
+			func(*claimAgent, []byte) {}, archive.ErrDigest, "stolen at 0"},
 		{"victim's chunks, nothing sent", false,
 			func(v []session.ChunkRef) []*agentv1.ScanEntry { return []*agentv1.ScanEntry{claimOf("stolen", v)} },
-			func(a *claimAgent, _ []byte) { a.silent = true }, transfer.ErrDigest, "stolen at 0"},
+			func(a *claimAgent, _ []byte) { a.silent = true }, archive.ErrDigest, "stolen at 0"},
 		{"one victim chunk among the key's own", true,
 			func(v []session.ChunkRef) []*agentv1.ScanEntry {
 				return []*agentv1.ScanEntry{claimOf("own", []session.ChunkRef{ownRef}), claimOf("stolen", []session.ChunkRef{v[0], ownRef})}
 			},
-			func(a *claimAgent, _ []byte) { a.data = map[string][]byte{"own": own} }, transfer.ErrDigest, "stolen at"},
+			func(a *claimAgent, _ []byte) { a.data = map[string][]byte{"own": own} }, archive.ErrDigest, "stolen at"},
 		{"victim's chunks reported unchanged", true,
 			func(v []session.ChunkRef) []*agentv1.ScanEntry {
 				e := claimOf("own", v)
@@ -262,7 +262,7 @@ func TestAgentSourceNoOracle(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &claimAgent{entries: claims}
 			_, err := tc.s.Save(context.Background(), "attacker", &session.AgentSource{Client: fakeAgent(t, a), Dir: "x", ReuseUnchanged: true})
-			if !errors.Is(err, transfer.ErrDigest) || !strings.Contains(err.Error(), "ga at 0") {
+			if !errors.Is(err, archive.ErrDigest) || !strings.Contains(err.Error(), "ga at 0") {
 				t.Fatalf("got %v, want ErrDigest naming ga", err)
 			}
 			if got := a.recorded(); !reflect.DeepEqual(got, want) {
@@ -327,7 +327,7 @@ func TestAgentSourceFrames(t *testing.T) {
 					t.Errorf("%d new chunks, want 1", m.NewChunks)
 				}
 			} else {
-				if !errors.Is(err, transfer.ErrDigest) || !strings.Contains(err.Error(), "f at 0") {
+				if !errors.Is(err, archive.ErrDigest) || !strings.Contains(err.Error(), "f at 0") {
 					t.Fatalf("got %v, want ErrDigest naming f", err)
 				}
 				if _, err := s.Load(context.Background(), "k", 0); !errors.Is(err, session.ErrNoSnapshot) {
@@ -347,7 +347,7 @@ func TestAgentSourceFrames(t *testing.T) {
 			}
 		})
 	}
-	if len(data) > cdc.Default.Max {
+	if len(data) > cdc.Default().Max {
 		t.Fatalf("test chunk of %d bytes, over the chunk bound", len(data))
 	}
 }

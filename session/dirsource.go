@@ -41,7 +41,7 @@ func (d DirSource) Scan(ctx context.Context, prev *Parent, sink Sink) error {
 		prev = nil
 	}
 	files := prev.Files()
-	ch := cdc.New(nil, cdc.Default)
+	ch := cdc.New(nil, cdc.Default())
 	return fs.WalkDir(root.FS(), ".", func(p string, de fs.DirEntry, err error) error {
 		if err != nil {
 			return fmt.Errorf("scan %s: %w", d.Dir, err)

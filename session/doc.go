@@ -4,6 +4,13 @@
 // ([Store.Restore]) into a local directory, [Store.List], [Store.Verify]
 // and [Store.Prune]. [TaskKey] is Rascal's name for a task's session.
 //
+// Saving and restoring a sandbox's directory, in both transfer modes, is
+// here too: [Store.SaveFrom], [Store.RestoreTo] and [Store.RepairFrom]
+// take a transfer.Remote. In agent mode the agent chunks and hashes next
+// to the data and the store's chunks travel as stored; in POSIX mode the
+// directory is downloaded and chunked on the host, and a restore streams
+// the tree as tar after checking every chunk.
+//
 // Glossary:
 //
 //   - chunk: a piece of a file's content cut by content-defined chunking

@@ -129,8 +129,8 @@ func FuzzParseManifest(f *testing.F) {
 }
 
 func TestMaxChunkSize(t *testing.T) {
-	if MaxChunkSize != cdc.Default.Max {
-		t.Errorf("MaxChunkSize %d, cdc.Default.Max %d", MaxChunkSize, cdc.Default.Max)
+	if MaxChunkSize != cdc.Default().Max {
+		t.Errorf("MaxChunkSize %d, cdc.Default().Max %d", MaxChunkSize, cdc.Default().Max)
 	}
 }
 

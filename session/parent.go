@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // Parent is the snapshot a save starts from, as its Source sees it: the
-// files it holds, read in walk order (transfer.CompareWalk, the order of
+// files it holds, read in walk order (archive.CompareWalk, the order of
 // fs.WalkDir and of the agent's scan) one pass at a time. They are kept
 // as records in a spill, in memory up to its budget and in a private temp
 // file beyond, so that the previous tree is never whole in memory: a
@@ -36,7 +36,7 @@ func (s *Store) loadParent(ctx context.Context, key string, seq int64) (*Parent,
 		return nil, err
 	}
 	defer r.Close()
-	p := &Parent{seq: seq, files: spill{cmp: transfer.CompareWalk[[]byte]}}
+	p := &Parent{seq: seq, files: spill{cmp: archive.CompareWalk[[]byte]}}
 	m, err := readManifest(r, func(e *Entry) error {
 		if e.Kind != KindFile {
 			return nil
@@ -110,7 +110,7 @@ func (f *ParentFiles) Next() (Entry, bool, error) {
 // order: one asked after a later one is not found.
 func (f *ParentFiles) Find(path string) (Entry, bool, error) {
 	for f.peek() {
-		switch c := transfer.CompareWalk(f.cur.Path, path); {
+		switch c := archive.CompareWalk(f.cur.Path, path); {
 		case c < 0:
 			f.have = false
 		case c == 0:

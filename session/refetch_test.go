@@ -15,7 +15,7 @@ import (
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/session/local"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
@@ -230,7 +230,7 @@ func (f forger) Scan(ctx context.Context, _ *session.Parent, sink session.Sink) 
 
 // TestRepairChunksHostile: bytes that do not hash to a chunk asked for
 // are never stored, from a Source or through a lying agent (whose wrong
-// bytes fail the repair with transfer.ErrDigest naming the file).
+// bytes fail the repair with archive.ErrDigest naming the file).
 func TestRepairChunksHostile(t *testing.T) {
 	ctx := context.Background()
 	l := newLossy(t, false)
@@ -258,8 +258,8 @@ func TestRepairChunksHostile(t *testing.T) {
 		data: map[string][]byte{"lie": forged},
 	})
 	rep, err = l.s.RepairChunks(ctx, want, &session.AgentSource{Client: c, Dir: "x"})
-	if !errors.Is(err, transfer.ErrDigest) || !bytes.Contains([]byte(err.Error()), []byte("lie")) {
-		t.Fatalf("a lying agent: %v, want %v naming the file", err, transfer.ErrDigest)
+	if !errors.Is(err, archive.ErrDigest) || !bytes.Contains([]byte(err.Error()), []byte("lie")) {
+		t.Fatalf("a lying agent: %v, want %v naming the file", err, archive.ErrDigest)
 	}
 	if rep == nil || len(rep.Restored) != 0 || !slices.Equal(rep.Missing, want) || l.rq.puts.Load() != 0 {
 		t.Fatalf("a lying agent: report %+v, %d puts", rep, l.rq.puts.Load())

@@ -17,7 +17,7 @@ import (
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/session"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
@@ -36,12 +36,12 @@ func symlinkEntry(path, target string) *agentv1.ScanEntry {
 	return &agentv1.ScanEntry{Path: path, Kind: agentv1.Kind_KIND_SYMLINK, Mode: 0o777, Target: target}
 }
 
-// withLimits sets transfer.DefaultLimits, which both the restore and the
+// withLimits sets archive.DefaultLimits, which both the restore and the
 // save read, until the test ends.
-func withLimits(t *testing.T, set func(*transfer.Limits)) {
-	old := transfer.DefaultLimits
-	set(&transfer.DefaultLimits)
-	t.Cleanup(func() { transfer.DefaultLimits = old })
+func withLimits(t *testing.T, set func(*archive.Limits)) {
+	old := archive.DefaultLimits
+	set(&archive.DefaultLimits)
+	t.Cleanup(func() { archive.DefaultLimits = old })
 }
 
 // TestSaveRefusesWhatRestoreRefuses is issue 13's hostile agent against
@@ -53,28 +53,28 @@ func TestSaveRefusesWhatRestoreRefuses(t *testing.T) {
 	x := []byte("x")
 	chunk := bytes.Repeat([]byte("0123456789abcdef"), session.MaxChunkSize/16)
 	var chain []*agentv1.ScanEntry
-	for i := range transfer.DefaultLimits.MaxLinkDepth + 1 {
+	for i := range archive.DefaultLimits.MaxLinkDepth + 1 {
 		chain = append(chain, symlinkEntry(fmt.Sprintf("l%02d", i), fmt.Sprintf("l%02d", i+1)))
 	}
 	cases := []struct {
 		name    string
-		limits  func(*transfer.Limits)
+		limits  func(*archive.Limits)
 		entries []*agentv1.ScanEntry
 		data    map[string][]byte
 		want    error
 		entry   string
 	}{
-		// 4096 references to one byte, where cdc.Default cuts one chunk.
+		// 4096 references to one byte, where cdc.Default() cuts one chunk.
 		{"manifest bomb", nil, []*agentv1.ScanEntry{repeated("bomb", x, 4096)}, map[string][]byte{"bomb": bytes.Repeat(x, 4096)}, session.ErrAgent, `"bomb"`},
-		{"absolute symlink", nil, []*agentv1.ScanEntry{file("a", x), symlinkEntry("abs", "/etc/passwd")}, map[string][]byte{"a": x}, transfer.ErrLinkEscape, `"abs"`},
-		{"symlink up", nil, []*agentv1.ScanEntry{dirEntry("d"), symlinkEntry("d/up", "../../etc")}, nil, transfer.ErrLinkEscape, `"d/up"`},
+		{"absolute symlink", nil, []*agentv1.ScanEntry{file("a", x), symlinkEntry("abs", "/etc/passwd")}, map[string][]byte{"a": x}, archive.ErrLinkEscape, `"abs"`},
+		{"symlink up", nil, []*agentv1.ScanEntry{dirEntry("d"), symlinkEntry("d/up", "../../etc")}, nil, archive.ErrLinkEscape, `"d/up"`},
 		// Each stays inside on its own; a resolves to ../x through d/b.
-		{"escaping chain", nil, []*agentv1.ScanEntry{symlinkEntry("a", "d/b/../../x"), dirEntry("d"), symlinkEntry("d/b", ".")}, nil, transfer.ErrLinkEscape, `"a"`},
-		{"chain over the depth", nil, chain, nil, transfer.ErrLimit, `"l00"`},
-		{"file over the size limit", nil, []*agentv1.ScanEntry{repeated("huge", chunk, transfer.DefaultLimits.MaxFileSize+session.MaxChunkSize)}, map[string][]byte{"huge": chunk}, transfer.ErrLimit, `"huge"`},
-		{"total over the limit", func(l *transfer.Limits) { l.MaxTotalBytes = 3 }, []*agentv1.ScanEntry{file("a", []byte("ab")), file("b", []byte("cd"))}, map[string][]byte{"a": []byte("ab"), "b": []byte("cd")}, transfer.ErrLimit, `"b"`},
+		{"escaping chain", nil, []*agentv1.ScanEntry{symlinkEntry("a", "d/b/../../x"), dirEntry("d"), symlinkEntry("d/b", ".")}, nil, archive.ErrLinkEscape, `"a"`},
+		{"chain over the depth", nil, chain, nil, archive.ErrLimit, `"l00"`},
+		{"file over the size limit", nil, []*agentv1.ScanEntry{repeated("huge", chunk, archive.DefaultLimits.MaxFileSize+session.MaxChunkSize)}, map[string][]byte{"huge": chunk}, archive.ErrLimit, `"huge"`},
+		{"total over the limit", func(l *archive.Limits) { l.MaxTotalBytes = 3 }, []*agentv1.ScanEntry{file("a", []byte("ab")), file("b", []byte("cd"))}, map[string][]byte{"a": []byte("ab"), "b": []byte("cd")}, archive.ErrLimit, `"b"`},
 		// With the root a restore sends, 4 entries: one too many.
-		{"entries over the limit", func(l *transfer.Limits) { l.MaxEntries = 3 }, []*agentv1.ScanEntry{dirEntry("a"), dirEntry("b"), dirEntry("c")}, nil, transfer.ErrLimit, `"c"`},
+		{"entries over the limit", func(l *archive.Limits) { l.MaxEntries = 3 }, []*agentv1.ScanEntry{dirEntry("a"), dirEntry("b"), dirEntry("c")}, nil, archive.ErrLimit, `"c"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,8 +111,8 @@ func TestSaveSymlinkSameRules(t *testing.T) {
 		name, target string
 		want         error
 	}{
-		{"absolute", "/etc/passwd", transfer.ErrLinkEscape},
-		{"up", "../outside", transfer.ErrLinkEscape},
+		{"absolute", "/etc/passwd", archive.ErrLinkEscape},
+		{"up", "../outside", archive.ErrLinkEscape},
 		{"inside", "sessions/2026", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -135,7 +135,7 @@ func TestSaveSymlinkSameRules(t *testing.T) {
 					}
 					continue
 				}
-				var ee *transfer.EntryError
+				var ee *archive.EntryError
 				if !errors.Is(err, tc.want) || !errors.As(err, &ee) || ee.Entry != "link" {
 					t.Errorf("%s: %v, want %v naming link", name, err, tc.want)
 				}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // The sink's entries: Add keeps them as records in a spill (memory up to
@@ -16,7 +16,7 @@ import (
 
 // addEntry records e, which Entry.validate accepts, once it is within
 // the limits of a restore (see checkSaveLimits) and of the manifest
-// reader, and a symlink's target passes transfer.CheckLinkTarget: a save
+// reader, and a symlink's target passes archive.CheckLinkTarget: a save
 // fails at the first entry that cannot be restored, before the chunks of
 // the rest are sent. k.mu is held.
 func (k *sink) addEntry(e *Entry) error {
@@ -24,7 +24,7 @@ func (k *sink) addEntry(e *Entry) error {
 		return err
 	}
 	if e.Kind == KindSymlink {
-		if err := transfer.CheckLinkTarget(e.Path, e.Target); err != nil {
+		if err := archive.CheckLinkTarget(e.Path, e.Target); err != nil {
 			return err
 		}
 	}
@@ -49,8 +49,8 @@ func (k *sink) addEntry(e *Entry) error {
 // checkEntries validates m with the sink's entries as a reader would (see
 // entryChecker); a manifest it refuses is an error matching ErrManifest.
 // It then resolves the symlinks through the tree as a restore's extractor
-// does (transfer.LinkTree): one that escapes it, or a chain too long, is
-// an error matching transfer.ErrLinkEscape or transfer.ErrLimit, naming
+// does (archive.LinkTree): one that escapes it, or a chain too long, is
+// an error matching archive.ErrLinkEscape or archive.ErrLimit, naming
 // the symlink.
 func (k *sink) checkEntries(m *Manifest) error {
 	if err := m.validateHeader(); err != nil {
@@ -58,7 +58,7 @@ func (k *sink) checkEntries(m *Manifest) error {
 	}
 	var ck entryChecker
 	// The checker holds the directories already.
-	links := transfer.LinkTree{IsDir: func(p string) bool { return ck.dirs[p] }}
+	links := archive.LinkTree{IsDir: func(p string) bool { return ck.dirs[p] }}
 	var bad error
 	err := k.each(func(e *Entry) error {
 		if bad = ck.check(e); bad != nil {
@@ -78,7 +78,7 @@ func (k *sink) checkEntries(m *Manifest) error {
 	if bad != nil {
 		return fmt.Errorf("%w: %v", ErrManifest, bad)
 	}
-	return links.Check(transfer.DefaultLimits.MaxLinkDepth)
+	return links.Check(archive.DefaultLimits.MaxLinkDepth)
 }
 
 // each seals the sink's entries and calls fn with each of them, in path

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // randomEntries returns n distinct entries of every kind, in no order.
@@ -57,7 +57,7 @@ func TestSpill(t *testing.T) {
 	t.Setenv("TMPDIR", tmp)
 	rnd := rand.New(rand.NewPCG(1, 2))
 	entries := randomEntries(rnd, 3000)
-	orders := map[string]func(a, b []byte) int{"bytes": nil, "walk": transfer.CompareWalk[[]byte]}
+	orders := map[string]func(a, b []byte) int{"bytes": nil, "walk": archive.CompareWalk[[]byte]}
 	for _, budget := range []int{1 << 30, 4 << 10, 100} {
 		for name, cmp := range orders {
 			t.Run(fmt.Sprintf("%s-%d", name, budget), func(t *testing.T) {
@@ -85,7 +85,7 @@ func TestSpill(t *testing.T) {
 					if cmp == nil {
 						return strings.Compare(a.Path, b.Path)
 					}
-					return transfer.CompareWalk(a.Path, b.Path)
+					return archive.CompareWalk(a.Path, b.Path)
 				})
 				its := []*spillIter{s.iter(), s.iter()}
 				for i := range want {

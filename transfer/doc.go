@@ -1,30 +1,15 @@
-// Package transfer moves files into and out of sandboxes: a streaming tar
-// writer for local trees ([Writer]) and the hardened extractor for what
-// comes back ([Extract]). Compression framing, end-to-end digests and the two
-// remote modes (POSIX tools or ferry's agent) build on these.
+// Package transfer moves trees between the host and a sandbox reached
+// through an exec channel. [Open] connects to a sandbox in one of two
+// modes and gives a [Remote], the contract both modes keep: through
+// ferry's agent (package transfer/agent), one exec for the whole
+// operation with compression and end-to-end digests, or through the
+// sandbox's own sh and tar (package transfer/posix), an exec per call.
+// [ModeAuto] uses the agent where it can run and falls back to POSIX mode
+// where it cannot. [Upload] and [Download] give a Remote `cp -r`
+// semantics.
 //
-// The extractor treats every byte as hostile (DESIGN.md, "Rules
-// everywhere"). It writes only through an os.Root opened on a staging
-// directory beside the destination and renames the tree into place once
-// the whole stream has been read and checked, so a refused or cut stream
-// leaves nothing behind. A staging directory is locked (flock) while it is
-// live; one whose extraction was killed outright is removed by the next
-// Extract that stages in the same directory ([RemoveStaleStaging]), which
-// never touches a live one. It refuses absolute names and ".." components,
-// entries outside the names a download asked for ([ErrUnrequested]),
-// devices, FIFOs, sparse files and unknown entry types, writes through
-// symlinks and type swaps of paths the stream created, symlinks that
-// resolve outside the tree (also through chains of other symlinks), hard
-// links to anything not extracted earlier from the same stream, and
-// anything over [Limits]. It
-// drops setuid, setgid and sticky bits and chowns only when asked and
-// running as root. Every refusal is an [*EntryError] naming the entry, whose
-// cause matches [ErrUnsafePath], [ErrLinkEscape], [ErrLimit], [ErrTruncated]
-// or [ErrUnsupported] under errors.Is.
-//
-// Limitations: absolute symlinks are always refused, even ones a tree
-// legitimately holds (a Python venv's bin/python): they point outside the
-// destination by definition. Placement is a sequence of renames; one that
-// fails midway leaves earlier ones done. archive/tar is the codec, so its
-// own bounds apply as well (1 MiB per extended header).
+// Whatever the mode, a failure callers branch on matches one sentinel
+// under errors.Is: [ErrNoSource], [ErrNotDir], [ErrShort], and the
+// extractor's refusals in package transfer/archive, which also holds the
+// tar writer, limits and placements both modes share.
 package transfer

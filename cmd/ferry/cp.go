@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferry-dev/ferry"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // remotePath splits "SANDBOX:PATH". As in docker cp, an argument is remote
@@ -102,7 +102,7 @@ second) has moved, either way, for --idle-timeout fails.`,
 					return serr
 				}
 				sb.IdleTimeout = idleTimeout
-				st, err = ferry.Download(cmd.Context(), sb, rsrcs, dst, transfer.Limits{})
+				st, err = ferry.Download(cmd.Context(), sb, rsrcs, dst, archive.Limits{})
 			}
 			prog.Close()
 			if err != nil {

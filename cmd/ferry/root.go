@@ -42,7 +42,15 @@ type globals struct {
 	store      string
 	s3Endpoint string
 	grace      time.Duration // prune's --grace; 0: session.DefaultGrace
+
+	errw      io.Writer // stderr, for the one notice below
+	toldAgent bool      // noAgentNotice has been printed
 }
+
+// noAgentNotice is what a ferry built without its agent (go install, a
+// plain go build) says once, at its first transfer, instead of falling back
+// to POSIX mode in silence.
+const noAgentNotice = "ferry: this build carries no agent (it was not built with `make build`): files move in POSIX mode, through the sandbox's sh and tar; build ferry with `make build` for agent mode, or pass --mode posix to say so and silence this\n"
 
 // agentBundle is where the agent builds come from: the ones embedded by
 // `make build`. Tests substitute builds of their own.
@@ -64,6 +72,15 @@ func (g *globals) sandbox(x relay.Execer, name string) (ferry.Sandbox, error) {
 		if sb.Agents, err = agentBundle(); err != nil {
 			return ferry.Sandbox{}, err
 		}
+		if len(sb.Agents) == 0 {
+			if mode == ferry.ModeAgent {
+				return ferry.Sandbox{}, fmt.Errorf("--mode agent: %w: this build carries no agent; build ferry with `make build`", ferry.ErrAgentRequired)
+			}
+			if !g.toldAgent && !g.quiet && g.errw != nil {
+				g.toldAgent = true
+				fmt.Fprint(g.errw, noAgentNotice)
+			}
+		}
 	}
 	return sb, nil
 }
@@ -82,7 +99,7 @@ type exitCode int
 func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 func newRoot(s streams) *cobra.Command {
-	g := &globals{}
+	g := &globals{errw: s.err}
 	root := &cobra.Command{
 		Use:   "ferry",
 		Short: "Move files into and out of agent sandboxes through the gateway's exec channel",

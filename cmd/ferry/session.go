@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -15,112 +14,41 @@ import (
 
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/session"
-	"github.com/ferry-dev/ferry/session/cache"
 	"github.com/ferry-dev/ferry/session/local"
 	"github.com/ferry-dev/ferry/session/s3store"
+	"github.com/ferry-dev/ferry/session/stores"
 )
 
 // openStore opens the session store: --store, else $FERRY_STORE, else
-// session.DefaultLocation. A location s3://BUCKET/PREFIX is an
-// S3-compatible store (endpoint --s3-endpoint, else $AWS_ENDPOINT_URL;
-// credentials from the AWS_* variables; commits as $FERRY_S3_COMMIT
-// says, see s3store.CommitMode) read through the chunk cache in
-// $FERRY_CACHE_DIR (cache.DefaultDir; "off": none), and written in packs
-// (session.Config.Pack); anything else is a directory, written one
-// object per chunk as before, and created if missing: openStore is for
-// the commands that save. A bucket is never created.
+// session.DefaultLocation, composed by stores.Open (an S3 store in packs
+// through the chunk cache in $FERRY_CACHE_DIR, commits as
+// $FERRY_S3_COMMIT says; a directory created if missing: openStore is
+// for the commands that save).
 func (g *globals) openStore(ctx context.Context) (*session.Store, error) {
-	return g.openStoreAs(ctx, true, true)
+	return g.openStoreAs(ctx, stores.Options{Create: true})
 }
 
 // openExistingStore is openStore for the commands that only read or
 // clean the store (list, restore, prune): a missing store is a
-// *storeMissingError, never created where a path was mistyped.
+// *stores.MissingError, never created where a path was mistyped.
 func (g *globals) openExistingStore(ctx context.Context) (*session.Store, error) {
-	return g.openStoreAs(ctx, true, false)
+	return g.openStoreAs(ctx, stores.Options{})
 }
 
 // openStoreUncached is openExistingStore without the chunk cache: for
 // verify, which must read the store's own copies.
 func (g *globals) openStoreUncached(ctx context.Context) (*session.Store, error) {
-	return g.openStoreAs(ctx, false, false)
+	return g.openStoreAs(ctx, stores.Options{NoCache: true})
 }
 
-// storeMissingError is a session store that does not exist: a directory
-// (which a save creates) or an S3 bucket (which ferry never creates).
-type storeMissingError struct {
-	loc, why string
-	dir      bool
-	err      error // matches session.ErrNoStore
-}
-
-func (e *storeMissingError) Error() string {
-	return "session store " + e.loc + " does not exist" + e.why
-}
-func (e *storeMissingError) Unwrap() error { return e.err }
-
-func (g *globals) openStoreAs(ctx context.Context, cached, create bool) (*session.Store, error) {
-	loc := g.store
-	if loc == "" {
-		var err error
-		if loc, err = session.DefaultLocation(); err != nil {
-			return nil, err
-		}
+func (g *globals) openStoreAs(ctx context.Context, o stores.Options) (*session.Store, error) {
+	o.Endpoint, o.Grace = g.s3Endpoint, g.grace
+	o.Commit = s3store.CommitMode(os.Getenv("FERRY_S3_COMMIT"))
+	st, err := stores.Open(ctx, g.store, o)
+	if errors.Is(err, stores.ErrLocation) {
+		return nil, usageError{err}
 	}
-	var b session.Backend
-	pack := false
-	switch {
-	case strings.HasPrefix(loc, "s3://"):
-		c, err := s3store.ParseURL(loc)
-		if err != nil {
-			return nil, usageError{err}
-		}
-		c.Endpoint = g.s3Endpoint
-		c.Commit = s3store.CommitMode(os.Getenv("FERRY_S3_COMMIT"))
-		c = s3store.FromEnv(c)
-		sb, err := s3store.New(ctx, c)
-		if errors.Is(err, session.ErrNoStore) {
-			endpoint := c.Endpoint
-			if endpoint == "" {
-				endpoint = s3store.DefaultEndpoint
-			}
-			return nil, &storeMissingError{loc: loc, why: fmt.Sprintf(": no bucket %s at %s (ferry creates none)", c.Bucket, endpoint), err: err}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("session store %s: %w", loc, err)
-		}
-		b = sb
-		// One object per chunk costs S3 a request per chunk on every
-		// save and restore; packs cost one per few MiB.
-		pack = true
-		if cached {
-			dir, err := cache.DefaultDir()
-			if err != nil {
-				return nil, err
-			}
-			if dir != "off" {
-				if b, err = cache.New(cache.Config{Backend: sb, Dir: dir}); err != nil {
-					return nil, err
-				}
-			}
-		}
-	case strings.Contains(loc, "://"):
-		return nil, usagef("session store %s: want a directory or s3://BUCKET/PREFIX", loc)
-	default:
-		open := local.OpenDir
-		if create {
-			open = local.NewDir
-		}
-		lb, err := open(loc)
-		if errors.Is(err, session.ErrNoStore) {
-			return nil, &storeMissingError{loc: loc, why: " (the first save creates it)", dir: true, err: err}
-		}
-		if err != nil {
-			return nil, err
-		}
-		b = lb
-	}
-	return session.New(session.Config{Backend: b, Pack: pack, Grace: g.grace})
+	return st, err
 }
 
 // exitVerify is `ferry session verify`'s exit code when the store is
@@ -228,7 +156,7 @@ the store to finish does not count.`,
 				return err
 			}
 			sb.IdleTimeout = idleTimeout
-			res, err := ferry.SaveSession(cmd.Context(), sb, st, dir, key)
+			res, err := ferry.SaveSession(cmd.Context(), sb, st, session.SaveSpec{Dir: dir, Key: key})
 			if err != nil {
 				return err
 			}
@@ -252,7 +180,7 @@ the store to finish does not count.`,
 }
 
 func newSessionRestoreCmd(g *globals, s streams) *cobra.Command {
-	var opts ferry.SessionRestoreOptions
+	var opts session.RestoreSpec
 	var idle time.Duration
 	cmd := &cobra.Command{
 		Use:   "restore KEY SANDBOX:DIR [--snapshot N] [--replace] [--allow-missing]",
@@ -292,8 +220,8 @@ moved, either way, for --idle-timeout fails.`,
 				return err
 			}
 			st, err := g.openExistingStore(cmd.Context())
-			var missing *storeMissingError
-			if errors.As(err, &missing) && missing.dir && opts.AllowMissing && opts.Seq == 0 {
+			var missing *stores.MissingError
+			if errors.As(err, &missing) && missing.Dir && opts.AllowMissing && opts.Seq == 0 {
 				// A node's first run: no store yet, so no snapshot of KEY.
 				// The restore goes on from an empty store, checking the
 				// sandbox as for any key without snapshots.
@@ -312,7 +240,9 @@ moved, either way, for --idle-timeout fails.`,
 				return err
 			}
 			sb.IdleTimeout = idleTimeout
-			res, err := ferry.RestoreSession(cmd.Context(), sb, st, key, dir, opts)
+			spec := opts
+			spec.Key, spec.Dir = key, dir
+			res, err := ferry.RestoreSession(cmd.Context(), sb, st, spec)
 			if err != nil {
 				return err
 			}

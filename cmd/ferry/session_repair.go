@@ -12,17 +12,17 @@ import (
 // and with --repair how many missing chunks were stored again and how.
 type verifyResult struct {
 	*session.VerifyReport
-	Repaired *int                       `json:"repaired,omitempty"`
-	Repair   *ferry.SessionRepairResult `json:"repair,omitempty"`
+	Repaired *int                  `json:"repaired,omitempty"`
+	Repair   *session.RepairResult `json:"repair,omitempty"`
 }
 
 // repairChunks stores the chunks rep lists missing again from the
 // sandbox directory from (SANDBOX:DIR), says how many on stderr (without
 // --json, whose object says it), and verifies key again. With none
 // missing it reaches no sandbox and returns rep as it is.
-func (g *globals) repairChunks(ctx context.Context, s streams, st *session.Store, key, from string, rep *session.VerifyReport) (*session.VerifyReport, *ferry.SessionRepairResult, error) {
+func (g *globals) repairChunks(ctx context.Context, s streams, st *session.Store, key, from string, rep *session.VerifyReport) (*session.VerifyReport, *session.RepairResult, error) {
 	if len(rep.Missing) == 0 {
-		return rep, &ferry.SessionRepairResult{Restored: []session.ID{}, Missing: []session.ID{}}, nil
+		return rep, &session.RepairResult{Restored: []session.ID{}, Missing: []session.ID{}}, nil
 	}
 	box, dir, err := sessionTarget(from)
 	if err != nil {

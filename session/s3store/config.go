@@ -27,6 +27,13 @@ type Config struct {
 	// Region is the bucket's region; empty asks the server.
 	Region string
 
+	// AccessKeyID and SecretAccessKey, when set, are the credentials.
+	// Left empty, New takes them from the usual AWS chain, in order: the
+	// environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+	// AWS_SESSION_TOKEN), the shared credentials file
+	// (AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials; profile
+	// AWS_PROFILE, else "default"), then the instance's or container's
+	// role (ECS and EKS variables, else the instance metadata service).
 	AccessKeyID     string
 	SecretAccessKey string
 	SessionToken    string // for temporary credentials; may be empty
@@ -80,12 +87,11 @@ func (c *Config) applyDefaults() {
 	}
 }
 
-// FromEnv returns c with its empty fields filled from the usual AWS
-// variables: AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, AWS_REGION or
-// AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
-// AWS_SESSION_TOKEN. A field already set (a flag such as --s3-endpoint)
-// wins over the environment. The keys come as a pair: if either is set
-// in c, neither is read from the environment, nor is the session token.
+// FromEnv returns c with its empty endpoint and region filled from the
+// usual AWS variables: AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, AWS_REGION
+// or AWS_DEFAULT_REGION. A field already set (a flag such as
+// --s3-endpoint) wins over the environment. Credentials are not read
+// here: New takes them from the AWS chain (see Config.AccessKeyID).
 func FromEnv(c Config) Config {
 	return fromEnv(c, os.Getenv)
 }
@@ -104,13 +110,6 @@ func fromEnv(c Config, getenv func(string) string) Config {
 	}
 	if c.Region == "" {
 		c.Region = first("AWS_REGION", "AWS_DEFAULT_REGION")
-	}
-	if c.AccessKeyID == "" && c.SecretAccessKey == "" {
-		c.AccessKeyID = getenv("AWS_ACCESS_KEY_ID")
-		c.SecretAccessKey = getenv("AWS_SECRET_ACCESS_KEY")
-		if c.SessionToken == "" {
-			c.SessionToken = getenv("AWS_SESSION_TOKEN")
-		}
 	}
 	return c
 }
@@ -174,8 +173,8 @@ func (c *Config) validate() error {
 	if c.Bucket == "" {
 		return errors.New("s3store: no bucket")
 	}
-	if c.AccessKeyID == "" || c.SecretAccessKey == "" {
-		return errors.New("s3store: no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
+	if (c.AccessKeyID == "") != (c.SecretAccessKey == "") {
+		return errors.New("s3store: an access key id needs its secret key, and a secret key its id")
 	}
 	switch c.Commit {
 	case CommitAuto, CommitConditional, CommitLease:

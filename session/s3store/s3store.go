@@ -73,8 +73,12 @@ func New(ctx context.Context, c Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3store: %w", err)
 	}
+	creds, err := credentialsOf(c)
+	if err != nil {
+		return nil, err
+	}
 	client, err := minio.New(host, &minio.Options{
-		Creds:     credentials.NewStaticV4(c.AccessKeyID, c.SecretAccessKey, c.SessionToken),
+		Creds:     creds,
 		Secure:    secure,
 		Region:    c.Region,
 		Transport: c.Transport,
@@ -423,4 +427,26 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// credentialsOf is c's static keys, or else the AWS chain, checked once
+// here so that a machine with no credentials at all is told so rather
+// than sending unsigned requests that the server refuses one by one.
+func credentialsOf(c Config) (*credentials.Credentials, error) {
+	if c.AccessKeyID != "" {
+		return credentials.NewStaticV4(c.AccessKeyID, c.SecretAccessKey, c.SessionToken), nil
+	}
+	creds := credentials.NewChainCredentials([]credentials.Provider{
+		&credentials.EnvAWS{},
+		&credentials.FileAWSCredentials{},
+		&credentials.IAM{},
+	})
+	v, err := creds.GetWithContext(nil)
+	if err != nil {
+		return nil, fmt.Errorf("s3store: credentials: %w", err)
+	}
+	if v.AccessKeyID == "" || v.SignerType.IsAnonymous() {
+		return nil, errors.New("s3store: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile in the shared credentials file (AWS_PROFILE), or run with an instance or container role")
+	}
+	return creds, nil
 }

@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
 
@@ -54,8 +54,8 @@ func BenchmarkTree(b *testing.B) {
 				for b.Loop() {
 					dest := fmt.Sprintf("put-%s-%v-%d", name, m, i)
 					i++
-					_, err := c.Put(ctx, agent.PutSpec{Dest: dest, Place: transfer.PlaceNew, Compress: m},
-						func(w *transfer.Writer) error { return w.Add(ctx, filepath.Join(src, name), name) })
+					_, err := c.Put(ctx, agent.PutSpec{Dest: dest, Place: archive.PlaceNew, Compress: m},
+						func(w *archive.Writer) error { return w.Add(ctx, filepath.Join(src, name), name) })
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -72,7 +72,7 @@ func BenchmarkTree(b *testing.B) {
 				for b.Loop() {
 					dst := filepath.Join(local, strconv.Itoa(i))
 					i++
-					_, err := c.Get(ctx, agent.GetSpec{Names: []string{name}, Local: dst, Place: transfer.PlaceNew, Compress: m})
+					_, err := c.Get(ctx, agent.GetSpec{Names: []string{name}, Local: dst, Place: archive.PlaceNew, Compress: m})
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/frame"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
@@ -294,14 +294,14 @@ func TestDataBuffersReleasedAfterRead(t *testing.T) {
 	transfertest.RandomTree(t, src, 9, transfertest.TreeOptions{BigFiles: 2, BigFileSize: 1<<20 + 12345})
 	for _, m := range []frame.Mode{frame.None, frame.Auto} {
 		dest := fmt.Sprintf("put-%v", m)
-		if _, err := c.Put(ctx, agent.PutSpec{Dest: dest, Place: transfer.PlaceNew, Compress: m}, addAll(src, ".")); err != nil {
+		if _, err := c.Put(ctx, agent.PutSpec{Dest: dest, Place: archive.PlaceNew, Compress: m}, addAll(src, ".")); err != nil {
 			t.Fatalf("put %v: %v", m, err)
 		}
 		transfertest.EqualTrees(t, src, filepath.Join(ws, dest))
 		bt.settled(t, "put "+dest)
 
 		local := filepath.Join(t.TempDir(), "got")
-		if _, err := c.Get(ctx, agent.GetSpec{Dir: dest, Names: []string{"."}, Local: local, Place: transfer.PlaceNew, Compress: m}); err != nil {
+		if _, err := c.Get(ctx, agent.GetSpec{Dir: dest, Names: []string{"."}, Local: local, Place: archive.PlaceNew, Compress: m}); err != nil {
 			t.Fatalf("get %v: %v", m, err)
 		}
 		transfertest.EqualTrees(t, src, local)
@@ -323,8 +323,8 @@ func TestDataBuffersReleasedAfterRead(t *testing.T) {
 		want = append(want, b...)
 	}
 	mt := time.Unix(1700000000, 0)
-	entries := []agent.RestoreEntry{{Path: ".", Kind: transfer.Dir, Mode: 0o700, MTime: mt}, file("f", 0o600, mt, refs...)}
-	if _, err := c.Restore(ctx, agent.RestoreSpec{Dest: "restored", Place: transfer.PlaceNew}, entries, st.get); err != nil {
+	entries := []agent.RestoreEntry{{Path: ".", Kind: archive.Dir, Mode: 0o700, MTime: mt}, file("f", 0o600, mt, refs...)}
+	if _, err := c.Restore(ctx, agent.RestoreSpec{Dest: "restored", Place: archive.PlaceNew}, entries, st.get); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := os.ReadFile(filepath.Join(ws, "restored", "f")); err != nil || !bytes.Equal(got, want) {

@@ -14,7 +14,7 @@
 // The agent's side is [Serve] (cmd/ferry-agent is its main): Probe, Stat,
 // Put (a framed tar stream in, extracted through os.Root into staging and
 // placed only after the trailer's entry count, byte count and every file's
-// digest (transfer.FileDigest) match), Get (the mirror, checked the same way by the host),
+// digest (archive.FileDigest) match), Get (the mirror, checked the same way by the host),
 // Follow (growing files from offsets, woken by fsnotify), Remove, and for
 // session saves Scan (content-defined chunks and their digests, computed
 // next to the data; the host's known files streamed in walk order beside

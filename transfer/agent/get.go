@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
 
@@ -102,29 +102,29 @@ type GetSpec struct {
 	// for Dir's contents (and its own mode and mtime, given to Local by
 	// PlaceNew), as POSIX mode's Download takes them. Each must exist.
 	Names []string
-	// Local, Place and Limits are as for transfer.Extract, which Get runs
+	// Local, Place and Limits are as for archive.Extract, which Get runs
 	// on the host. Limits.MaxCompressionRatio also bounds the frame
 	// stream's blocks; the agent frames with frame.DefaultMaxRatio, so a
 	// lower value refuses highly compressible data.
 	Local  string
-	Place  transfer.Placement
-	Limits transfer.Limits
+	Place  archive.Placement
+	Limits archive.Limits
 	// Compress is how the agent frames the data on the wire.
 	Compress frame.Mode
 }
 
 // Get fetches Names from Dir in the sandbox and places them at Local. The
-// host trusts nothing the agent sends: transfer.Extract refuses unsafe
-// entries and any outside spec.Names (transfer.ErrUnrequested), and
+// host trusts nothing the agent sends: archive.Extract refuses unsafe
+// entries and any outside spec.Names (archive.ErrUnrequested), and
 // enforces spec.Limits, the frame stream's ratio and its own
 // trailer are checked, and nothing is placed unless the agent's trailer
 // (entry and byte counts, every file's size and digest) matches what
 // arrived and at least one entry arrived for each name other than ".".
 //
-// A refusal of the stream is the extractor's *transfer.EntryError naming
-// the entry (transfer.ErrUnsafePath, ErrLinkEscape, ErrLimit, ...); a
-// stream that stopped early matches transfer.ErrTruncated or ErrShort; a
-// mismatch with the trailer, transfer.ErrDigest. A failure the agent
+// A refusal of the stream is the extractor's *archive.EntryError naming
+// the entry (archive.ErrUnsafePath, ErrLinkEscape, ErrLimit, ...); a
+// stream that stopped early matches archive.ErrTruncated or ErrShort; a
+// mismatch with the trailer, archive.ErrDigest. A failure the agent
 // reports (a missing name: fs.ErrNotExist; Dir not a directory:
 // syscall.ENOTDIR) is a *RemoteError naming the path.
 func (c *Client) Get(ctx context.Context, spec GetSpec) (Result, error) {
@@ -172,12 +172,12 @@ func (c *Client) Get(ctx context.Context, spec GetSpec) (Result, error) {
 		case *agentv1.GetResponse_Trailer:
 			return nil, m.GetTrailer(), nil
 		}
-		return nil, nil, fmt.Errorf("%w: an empty message", transfer.ErrDigest)
+		return nil, nil, fmt.Errorf("%w: an empty message", archive.ErrDigest)
 	}}
 	tr := newTreeReader(msgs, spec.Limits)
 	tr.minEntries = minEntries
 	var stale int
-	st, err := transfer.Extract(ctx, tr.fr, spec.Local, transfer.ExtractOptions{
+	st, err := archive.Extract(ctx, tr.fr, spec.Local, archive.ExtractOptions{
 		Limits:  spec.Limits,
 		Place:   spec.Place,
 		Names:   spec.Names,

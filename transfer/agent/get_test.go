@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/frame"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
@@ -40,19 +40,19 @@ func TestGetRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustFile(t, filepath.Join(ws, "one"), "one file")
-	want := transfer.Stats{Files: tree.Files, Dirs: tree.Dirs, Symlinks: tree.Symlinks, Bytes: tree.Bytes}
+	want := archive.Stats{Files: tree.Files, Dirs: tree.Dirs, Symlinks: tree.Symlinks, Bytes: tree.Bytes}
 	for _, tc := range []struct {
 		name  string
 		spec  agent.GetSpec
 		setup func(t *testing.T, local string)
 		got   string // where src lands under local
-		stats transfer.Stats
+		stats archive.Stats
 	}{
-		{name: "new, contents", spec: agent.GetSpec{Dir: "src", Names: []string{"."}, Place: transfer.PlaceNew}, stats: want},
-		{name: "new, absolute dir", spec: agent.GetSpec{Dir: src, Names: []string{"."}, Place: transfer.PlaceNew}, stats: want},
-		{name: "into", spec: agent.GetSpec{Names: []string{"src"}, Place: transfer.PlaceInto}, got: "src",
+		{name: "new, contents", spec: agent.GetSpec{Dir: "src", Names: []string{"."}, Place: archive.PlaceNew}, stats: want},
+		{name: "new, absolute dir", spec: agent.GetSpec{Dir: src, Names: []string{"."}, Place: archive.PlaceNew}, stats: want},
+		{name: "into", spec: agent.GetSpec{Names: []string{"src"}, Place: archive.PlaceInto}, got: "src",
 			setup: func(t *testing.T, local string) { mustFile(t, filepath.Join(local, "keep"), "keep") },
-			stats: transfer.Stats{Files: want.Files, Dirs: want.Dirs + 1, Symlinks: want.Symlinks, Bytes: want.Bytes}},
+			stats: archive.Stats{Files: want.Files, Dirs: want.Dirs + 1, Symlinks: want.Symlinks, Bytes: want.Bytes}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			local := filepath.Join(t.TempDir(), "out")
@@ -78,7 +78,7 @@ func TestGetRoundTrip(t *testing.T) {
 	t.Run("as", func(t *testing.T) {
 		local := filepath.Join(t.TempDir(), "renamed")
 		mustFile(t, local, "replaced")
-		res, err := c.Get(context.Background(), agent.GetSpec{Names: []string{"one"}, Local: local, Place: transfer.PlaceAs})
+		res, err := c.Get(context.Background(), agent.GetSpec{Names: []string{"one"}, Local: local, Place: archive.PlaceAs})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func TestGetRefusals(t *testing.T) {
 		{"missing name", agent.GetSpec{Dir: "dir", Names: []string{"f", "nope"}}, fs.ErrNotExist, true, "nope"},
 		{"missing dir", agent.GetSpec{Dir: "nodir", Names: []string{"."}}, fs.ErrNotExist, true, "nodir"},
 		{"dir is a file", agent.GetSpec{Dir: "file", Names: []string{"."}}, syscall.ENOTDIR, true, "file"},
-		{"socket", agent.GetSpec{Dir: "sockdir", Names: []string{"."}}, transfer.ErrUnsupported, true, "sockdir/s"},
+		{"socket", agent.GetSpec{Dir: "sockdir", Names: []string{"."}}, archive.ErrUnsupported, true, "sockdir/s"},
 		{"name out of dir", agent.GetSpec{Dir: "dir", Names: []string{"../file"}}, agent.ErrInvalidPath, false, "../file"},
 		{"no names", agent.GetSpec{Dir: "dir"}, agent.ErrInvalidPath, false, "dir"},
 		{"newline", agent.GetSpec{Dir: "dir", Names: []string{"a\nb"}}, agent.ErrInvalidPath, false, ""},
@@ -238,52 +238,52 @@ func TestGetHostileAgent(t *testing.T) {
 		name     string
 		names    []string
 		send     func(agentv1.Agent_GetServer) error
-		limits   transfer.Limits
+		limits   archive.Limits
 		sentinel error
 		entry    string
 	}{
-		{name: "dot-dot", send: getMsgs(fr(dotdot), dotdotTr, nil), sentinel: transfer.ErrUnsafePath, entry: "../x"},
-		{name: "absolute", send: getMsgs(fr(abs), absTr, nil), sentinel: transfer.ErrUnsafePath, entry: "/etc/x"},
-		{name: "symlink escape", send: getMsgs(fr(esc), escTr, nil), sentinel: transfer.ErrLinkEscape, entry: "l"},
-		{name: "symlink chain escape", send: getMsgs(fr(chain), chainTr, nil), sentinel: transfer.ErrLinkEscape, entry: "a"},
-		{name: "write through a symlink", send: getMsgs(fr(through), throughTr, nil), sentinel: transfer.ErrUnsafePath, entry: "l/f"},
-		{name: "device", send: getMsgs(fr(dev), devTr, nil), sentinel: transfer.ErrUnsupported, entry: "null"},
-		{name: "digest mismatch", send: getMsgs(goodFr, tamper(func(tr *agentv1.Trailer) { tr.Files[1].Digest[0] ^= 1 }), nil), sentinel: transfer.ErrDigest, entry: "b"},
-		{name: "short digest", send: getMsgs(goodFr, tamper(func(tr *agentv1.Trailer) { tr.Files[0].Digest = nil }), nil), sentinel: transfer.ErrDigest, entry: "d/a"},
-		{name: "size mismatch", send: getMsgs(goodFr, tamper(func(tr *agentv1.Trailer) { tr.Files[0].Size = 4 }), nil), sentinel: transfer.ErrDigest, entry: "d/a"},
-		{name: "file not in trailer", send: getMsgs(goodFr, tamper(func(tr *agentv1.Trailer) { tr.Files = tr.Files[:1] }), nil), sentinel: transfer.ErrDigest, entry: "b"},
-		{name: "renamed in trailer", send: getMsgs(goodFr, tamper(func(tr *agentv1.Trailer) { tr.Files[1].Name = "c" }), nil), sentinel: transfer.ErrDigest, entry: "b"},
-		{name: "more counted", send: getMsgs(goodFr, tamper(func(tr *agentv1.Trailer) { tr.Entries++ }), nil), sentinel: transfer.ErrShort},
-		{name: "fewer counted", send: getMsgs(goodFr, tamper(func(tr *agentv1.Trailer) { tr.Entries-- }), nil), sentinel: transfer.ErrDigest},
-		{name: "bytes differ", send: getMsgs(goodFr, tamper(func(tr *agentv1.Trailer) { tr.Bytes-- }), nil), sentinel: transfer.ErrDigest},
-		{name: "no trailer", send: getMsgs(goodFr, nil, nil), sentinel: transfer.ErrTruncated},
-		{name: "data after the trailer", send: getMsgs(goodFr, goodTr, []byte("x")), sentinel: transfer.ErrDigest},
-		{name: "data after the frame", send: getMsgs(append(slices.Clone(goodFr), 1, 2, 3), goodTr, nil), sentinel: transfer.ErrDigest},
-		{name: "data after the archive", send: getMsgs(fr(append(slices.Clone(good), 7)), goodTr, nil), sentinel: transfer.ErrDigest},
-		{name: "frame cut before its trailer", send: getMsgs(goodFr[:len(goodFr)-53], goodTr, nil), sentinel: transfer.ErrTruncated},
-		{name: "frame cut in a block", send: getMsgs(goodFr[:len(goodFr)/2], goodTr, nil), sentinel: transfer.ErrTruncated},
-		{name: "frame cut, no trailer", send: getMsgs(goodFr[:len(goodFr)/2], nil, nil), sentinel: transfer.ErrTruncated},
-		{name: "frame trailer corrupt", send: getMsgs(corrupt, goodTr, nil), sentinel: transfer.ErrDigest},
+		{name: "dot-dot", send: getMsgs(fr(dotdot), dotdotTr, nil), sentinel: archive.ErrUnsafePath, entry: "../x"},
+		{name: "absolute", send: getMsgs(fr(abs), absTr, nil), sentinel: archive.ErrUnsafePath, entry: "/etc/x"},
+		{name: "symlink escape", send: getMsgs(fr(esc), escTr, nil), sentinel: archive.ErrLinkEscape, entry: "l"},
+		{name: "symlink chain escape", send: getMsgs(fr(chain), chainTr, nil), sentinel: archive.ErrLinkEscape, entry: "a"},
+		{name: "write through a symlink", send: getMsgs(fr(through), throughTr, nil), sentinel: archive.ErrUnsafePath, entry: "l/f"},
+		{name: "device", send: getMsgs(fr(dev), devTr, nil), sentinel: archive.ErrUnsupported, entry: "null"},
+		{name: "digest mismatch", send: getMsgs(goodFr, tamper(func(tr *agentv1.Trailer) { tr.Files[1].Digest[0] ^= 1 }), nil), sentinel: archive.ErrDigest, entry: "b"},
+		{name: "short digest", send: getMsgs(goodFr, tamper(func(tr *agentv1.Trailer) { tr.Files[0].Digest = nil }), nil), sentinel: archive.ErrDigest, entry: "d/a"},
+		{name: "size mismatch", send: getMsgs(goodFr, tamper(func(tr *agentv1.Trailer) { tr.Files[0].Size = 4 }), nil), sentinel: archive.ErrDigest, entry: "d/a"},
+		{name: "file not in trailer", send: getMsgs(goodFr, tamper(func(tr *agentv1.Trailer) { tr.Files = tr.Files[:1] }), nil), sentinel: archive.ErrDigest, entry: "b"},
+		{name: "renamed in trailer", send: getMsgs(goodFr, tamper(func(tr *agentv1.Trailer) { tr.Files[1].Name = "c" }), nil), sentinel: archive.ErrDigest, entry: "b"},
+		{name: "more counted", send: getMsgs(goodFr, tamper(func(tr *agentv1.Trailer) { tr.Entries++ }), nil), sentinel: archive.ErrShort},
+		{name: "fewer counted", send: getMsgs(goodFr, tamper(func(tr *agentv1.Trailer) { tr.Entries-- }), nil), sentinel: archive.ErrDigest},
+		{name: "bytes differ", send: getMsgs(goodFr, tamper(func(tr *agentv1.Trailer) { tr.Bytes-- }), nil), sentinel: archive.ErrDigest},
+		{name: "no trailer", send: getMsgs(goodFr, nil, nil), sentinel: archive.ErrTruncated},
+		{name: "data after the trailer", send: getMsgs(goodFr, goodTr, []byte("x")), sentinel: archive.ErrDigest},
+		{name: "data after the frame", send: getMsgs(append(slices.Clone(goodFr), 1, 2, 3), goodTr, nil), sentinel: archive.ErrDigest},
+		{name: "data after the archive", send: getMsgs(fr(append(slices.Clone(good), 7)), goodTr, nil), sentinel: archive.ErrDigest},
+		{name: "frame cut before its trailer", send: getMsgs(goodFr[:len(goodFr)-53], goodTr, nil), sentinel: archive.ErrTruncated},
+		{name: "frame cut in a block", send: getMsgs(goodFr[:len(goodFr)/2], goodTr, nil), sentinel: archive.ErrTruncated},
+		{name: "frame cut, no trailer", send: getMsgs(goodFr[:len(goodFr)/2], nil, nil), sentinel: archive.ErrTruncated},
+		{name: "frame trailer corrupt", send: getMsgs(corrupt, goodTr, nil), sentinel: archive.ErrDigest},
 		{name: "not a frame stream", send: getMsgs(good, goodTr, nil), sentinel: frame.ErrCorrupt},
-		{name: "nothing where a name was asked", names: []string{"x"}, send: getMsgs(fr(empty), emptyTr, nil), sentinel: transfer.ErrShort},
+		{name: "nothing where a name was asked", names: []string{"x"}, send: getMsgs(fr(empty), emptyTr, nil), sentinel: archive.ErrShort},
 		{name: "over the ratio", send: getMsgs(framed(t, bomb, frame.WriterOptions{Compress: frame.Zstd, MaxRatio: 1 << 20}), bombTr, nil), sentinel: frame.ErrLimit},
-		{name: "over a limit", limits: transfer.Limits{MaxTotalBytes: 6}, send: getMsgs(goodFr, goodTr, nil), sentinel: transfer.ErrLimit, entry: "b"},
-		{name: "empty data message", send: getMsgs(nil, nil, []byte{}), sentinel: transfer.ErrDigest},
+		{name: "over a limit", limits: archive.Limits{MaxTotalBytes: 6}, send: getMsgs(goodFr, goodTr, nil), sentinel: archive.ErrLimit, entry: "b"},
+		{name: "empty data message", send: getMsgs(nil, nil, []byte{}), sentinel: archive.ErrDigest},
 		// An honest agent sends only what was asked for, and never a
 		// sparse file, which would become 2 GiB of zeros on the host.
-		{name: "unrequested name", names: []string{"d"}, send: getMsgs(goodFr, goodTr, nil), sentinel: transfer.ErrUnrequested, entry: "b"},
-		{name: "unrequested name beside a file", names: []string{"d/a"}, send: getMsgs(goodFr, goodTr, nil), sentinel: transfer.ErrUnrequested, entry: "d/"},
-		{name: "gnu sparse", send: getMsgs(fr(fixture(t, "sparse-gnu")), emptyTr, nil), sentinel: transfer.ErrUnsupported, entry: "sparse"},
-		{name: "pax sparse 0.0", send: getMsgs(fr(fixture(t, "sparse-pax-0.0")), emptyTr, nil), sentinel: transfer.ErrUnsupported, entry: "sparse"},
-		{name: "pax sparse 0.1", send: getMsgs(fr(fixture(t, "sparse-pax-0.1")), emptyTr, nil), sentinel: transfer.ErrUnsupported, entry: "sparse"},
-		{name: "pax sparse 1.0", send: getMsgs(fr(fixture(t, "sparse-pax-1.0")), emptyTr, nil), sentinel: transfer.ErrUnsupported, entry: "sparse"},
+		{name: "unrequested name", names: []string{"d"}, send: getMsgs(goodFr, goodTr, nil), sentinel: archive.ErrUnrequested, entry: "b"},
+		{name: "unrequested name beside a file", names: []string{"d/a"}, send: getMsgs(goodFr, goodTr, nil), sentinel: archive.ErrUnrequested, entry: "d/"},
+		{name: "gnu sparse", send: getMsgs(fr(fixture(t, "sparse-gnu")), emptyTr, nil), sentinel: archive.ErrUnsupported, entry: "sparse"},
+		{name: "pax sparse 0.0", send: getMsgs(fr(fixture(t, "sparse-pax-0.0")), emptyTr, nil), sentinel: archive.ErrUnsupported, entry: "sparse"},
+		{name: "pax sparse 0.1", send: getMsgs(fr(fixture(t, "sparse-pax-0.1")), emptyTr, nil), sentinel: archive.ErrUnsupported, entry: "sparse"},
+		{name: "pax sparse 1.0", send: getMsgs(fr(fixture(t, "sparse-pax-1.0")), emptyTr, nil), sentinel: archive.ErrUnsupported, entry: "sparse"},
 		{name: "refusal with a reason", send: func(agentv1.Agent_GetServer) error {
 			return statusErr(codes.InvalidArgument, "LINK_ESCAPE", "evil", "get: symlink \"evil\" escapes")
-		}, sentinel: transfer.ErrUnsafePath, entry: "evil"},
+		}, sentinel: archive.ErrUnsafePath, entry: "evil"},
 		{name: "refusal after data", send: func(s agentv1.Agent_GetServer) error {
 			getMsgs(goodFr[:100], nil, nil)(s)
 			return statusErr(codes.DataLoss, "SHORT", "", "the file shrank")
-		}, sentinel: transfer.ErrShort},
+		}, sentinel: archive.ErrShort},
 		{name: "bare status", send: func(agentv1.Agent_GetServer) error { return status.Error(codes.NotFound, "gone") }, sentinel: fs.ErrNotExist},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

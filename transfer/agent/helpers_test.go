@@ -130,7 +130,7 @@ func check(t *testing.T, data []byte, maxSkip int, seed uint64) {
 			t.Fatalf("Skipped %d, read %d of %q (maxSkip %d, want %+v)", nm.Skipped, r.off, data, maxSkip, want)
 		}
 	case want.truncated:
-		if !errors.Is(err, agent.ErrTruncated) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		if !errors.Is(err, agent.ErrHelloTruncated) || !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Fatalf("got %v, want truncated", err)
 		}
 	case want.badVersion:

@@ -73,9 +73,9 @@ var (
 	// showing what came instead.
 	ErrNoMagic = errors.New("agent: no hello magic")
 
-	// ErrTruncated means the stream ended after the magic and before the
+	// ErrHelloTruncated means the stream ended after the magic and before the
 	// end of the hello. It also matches io.ErrUnexpectedEOF.
-	ErrTruncated = errors.New("agent: truncated hello")
+	ErrHelloTruncated = errors.New("agent: truncated hello")
 )
 
 // NoMagicError reports output that holds no hello: usually the agent never
@@ -151,7 +151,7 @@ func WriteHello(w io.Writer, h Hello) error {
 // other than ProtocolVersion is a *VersionError, returned as soon as the
 // version is read, with the Hello holding only the version: the bytes after
 // it are not read, since their layout is the other version's. Errors: a *NoMagicError
-// (ErrNoMagic), ErrTruncated, *VersionError, or the reader's own error
+// (ErrNoMagic), ErrHelloTruncated, *VersionError, or the reader's own error
 // wrapped; a reader that returns no data and no error 100 times in a row is
 // io.ErrNoProgress.
 //
@@ -232,7 +232,7 @@ func readFull(r io.Reader, p []byte, off int) error {
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			return fmt.Errorf("read agent hello: %w: %w after %d of %d bytes following the magic",
-				ErrTruncated, io.ErrUnexpectedEOF, off, HelloLen-len(Magic))
+				ErrHelloTruncated, io.ErrUnexpectedEOF, off, HelloLen-len(Magic))
 		}
 		if err != nil {
 			return fmt.Errorf("read agent hello: %w", err)

@@ -181,7 +181,7 @@ func TestTruncated(t *testing.T) {
 	data := cat([]byte("banner"), wire(t, hello))
 	for cut := 6 + len(agent.Magic); cut < len(data); cut++ {
 		_, err := agent.ReadHello(iotest.OneByteReader(bytes.NewReader(data[:cut])), 100)
-		if !errors.Is(err, agent.ErrTruncated) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		if !errors.Is(err, agent.ErrHelloTruncated) || !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Errorf("cut at %d: %v", cut, err)
 		}
 	}
@@ -272,7 +272,7 @@ func TestReaderErrors(t *testing.T) {
 	}
 	r := io.MultiReader(bytes.NewReader(wire(t, hello)[:20]), iotest.ErrReader(errBroken))
 	_, err = agent.ReadHello(r, 100)
-	if !errors.Is(err, errBroken) || errors.Is(err, agent.ErrTruncated) {
+	if !errors.Is(err, errBroken) || errors.Is(err, agent.ErrHelloTruncated) {
 		t.Errorf("after the magic: %v", err)
 	}
 	_, err = agent.ReadHello(stuckReader{}, 100)

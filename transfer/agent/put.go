@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
 
@@ -58,7 +58,7 @@ func (s *server) put(stream agentv1.Agent_PutServer) (*agentv1.Stats, error) {
 		return nil, nil, status.Error(codes.InvalidArgument, "put: a second header, or an empty message, among the data")
 	}}
 	tr := newTreeReader(msgs, lim)
-	xs, err := transfer.Extract(ctx, tr.fr, dest, transfer.ExtractOptions{
+	xs, err := archive.Extract(ctx, tr.fr, dest, archive.ExtractOptions{
 		Limits:  lim,
 		Place:   place,
 		OnFile:  tr.onFile,
@@ -74,27 +74,27 @@ func (s *server) put(stream agentv1.Agent_PutServer) (*agentv1.Stats, error) {
 
 // destHeader checks the destination, placement and limits a Put or
 // Restore header names, and converts them.
-func destHeader(op, dest string, pp agentv1.Placement, pl *agentv1.Limits) (transfer.Placement, transfer.Limits, error) {
+func destHeader(op, dest string, pp agentv1.Placement, pl *agentv1.Limits) (archive.Placement, archive.Limits, error) {
 	if err := checkRemotePath(op, dest); err != nil {
-		return 0, transfer.Limits{}, err
+		return 0, archive.Limits{}, err
 	}
 	for p, v := range placements {
 		if v == pp {
 			lim, err := limitsFromProto(pl)
 			if err != nil {
-				return 0, transfer.Limits{}, status.Errorf(codes.InvalidArgument, "%s %s: %v", op, dest, err)
+				return 0, archive.Limits{}, status.Errorf(codes.InvalidArgument, "%s %s: %v", op, dest, err)
 			}
 			return p, lim, nil
 		}
 	}
-	return 0, transfer.Limits{}, status.Errorf(codes.InvalidArgument, "%s %s: unknown placement %v", op, dest, pp)
+	return 0, archive.Limits{}, status.Errorf(codes.InvalidArgument, "%s %s: unknown placement %v", op, dest, pp)
 }
 
 // prepareDest does what POSIX mode's upload.sh does before extracting:
 // PlaceNew and PlaceAs make dest's missing parents (mkdir -p), and
 // PlaceInto's dest must be a directory (a symlink to one will do).
-func prepareDest(dest string, place transfer.Placement) error {
-	if place != transfer.PlaceInto {
+func prepareDest(dest string, place archive.Placement) error {
+	if place != archive.PlaceInto {
 		return os.MkdirAll(filepath.Dir(filepath.Clean(dest)), 0o777)
 	}
 	fi, err := os.Stat(dest)
@@ -112,17 +112,17 @@ type PutSpec struct {
 	// Dest is the destination in the sandbox; relative paths start at the
 	// workspace.
 	Dest string
-	// Place is as for transfer.Extract, which the agent runs; PlaceNew and
+	// Place is as for archive.Extract, which the agent runs; PlaceNew and
 	// PlaceAs make dest's missing parents, as POSIX mode does.
-	Place transfer.Placement
+	Place archive.Placement
 	// Limits bound what the agent accepts; the agent applies
 	// MaxTotalBytes, MaxEntries, MaxFileSize and MaxCompressionRatio, and
 	// its defaults for the others.
-	Limits transfer.Limits
+	Limits archive.Limits
 	// Compress is how the data is framed on the wire.
 	Compress frame.Mode
 	// Staging, when set, names the agent's staging directory beside Dest
-	// (see transfer.ExtractOptions.Staging), so that a host whose agent
+	// (see archive.ExtractOptions.Staging), so that a host whose agent
 	// died mid-put can remove it through another connection.
 	Staging string
 }
@@ -134,11 +134,11 @@ type PutSpec struct {
 // stream; memory stays bounded by ChunkSize and the frame block.
 //
 // Errors the agent reports are *RemoteError naming the path or entry,
-// matching the transfer sentinels (transfer.ErrLinkEscape for a symlink in
+// matching the transfer sentinels (archive.ErrLinkEscape for a symlink in
 // the tree that points outside it, ErrLimit, ErrExist for dest in the way,
 // ...). When fill fails, Put cancels the call and returns fill's error;
 // the agent then removes its staging directory on its own time.
-func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *transfer.Writer) error) (Result, error) {
+func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *archive.Writer) error) (Result, error) {
 	op := "put " + spec.Dest
 	if err := checkRemotePath("put", spec.Dest); err != nil {
 		return Result{}, err
@@ -202,7 +202,7 @@ func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *transfer.Wr
 	// The agent checked the trailer; a count it reports otherwise is an
 	// agent that placed something else.
 	if as := resp.GetStats(); as.GetFiles() != res.Files || as.GetDirs() != res.Dirs || as.GetSymlinks() != res.Symlinks || as.GetBytes() != res.Bytes {
-		return Result{}, fmt.Errorf("%s: %w: the agent reports %v, the host sent %+v", op, transfer.ErrDigest, as, res.Stats)
+		return Result{}, fmt.Errorf("%s: %w: the agent reports %v, the host sent %+v", op, archive.ErrDigest, as, res.Stats)
 	}
 	return res, nil
 }

@@ -18,42 +18,42 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/frame"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
 // addAll is a fill that adds src under name.
-func addAll(src, name string) func(*transfer.Writer) error {
-	return func(w *transfer.Writer) error { return w.Add(context.Background(), src, name) }
+func addAll(src, name string) func(*archive.Writer) error {
+	return func(w *archive.Writer) error { return w.Add(context.Background(), src, name) }
 }
 
 func TestPutRoundTrip(t *testing.T) {
 	src := t.TempDir()
 	tree := transfertest.RandomTree(t, src, 3, transfertest.TreeOptions{BigFiles: 1, BigFileSize: 600<<10 + 5})
-	want := transfer.Stats{Files: tree.Files, Dirs: tree.Dirs, Symlinks: tree.Symlinks, Bytes: tree.Bytes}
+	want := archive.Stats{Files: tree.Files, Dirs: tree.Dirs, Symlinks: tree.Symlinks, Bytes: tree.Bytes}
 	for _, tc := range []struct {
 		name  string
-		place transfer.Placement
+		place archive.Placement
 		dest  string // relative to the workspace
 		setup func(t *testing.T, ws string)
 		got   string // where src's tree lands, relative to the workspace
 		item  string // Add's name
 	}{
-		{name: "new", place: transfer.PlaceNew, dest: "out", got: "out", item: "."},
-		{name: "new with missing parents", place: transfer.PlaceNew, dest: "a/b/out", got: "a/b/out", item: "."},
-		{name: "into", place: transfer.PlaceInto, dest: "d", got: "d/tree", item: "tree",
+		{name: "new", place: archive.PlaceNew, dest: "out", got: "out", item: "."},
+		{name: "new with missing parents", place: archive.PlaceNew, dest: "a/b/out", got: "a/b/out", item: "."},
+		{name: "into", place: archive.PlaceInto, dest: "d", got: "d/tree", item: "tree",
 			setup: func(t *testing.T, ws string) { mustFile(t, filepath.Join(ws, "d", "keep"), "keep") }},
-		{name: "into through a symlink", place: transfer.PlaceInto, dest: "l", got: "d/tree", item: "tree",
+		{name: "into through a symlink", place: archive.PlaceInto, dest: "l", got: "d/tree", item: "tree",
 			setup: func(t *testing.T, ws string) {
 				mustFile(t, filepath.Join(ws, "d", "keep"), "keep")
 				if err := os.Symlink("d", filepath.Join(ws, "l")); err != nil {
 					t.Fatal(err)
 				}
 			}},
-		{name: "absolute dest", place: transfer.PlaceNew, got: "abs", item: "."},
+		{name: "absolute dest", place: archive.PlaceNew, got: "abs", item: "."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -78,7 +78,7 @@ func TestPutRoundTrip(t *testing.T) {
 			}
 			transfertest.EqualTrees(t, src, filepath.Join(ws, tc.got))
 			transfertest.CheckSafe(t, ws)
-			if tc.place == transfer.PlaceInto {
+			if tc.place == archive.PlaceInto {
 				if got := listDir(t, filepath.Join(ws, "d")); !slices.Equal(got, []string{"keep", "tree"}) {
 					t.Errorf("dest holds %q", got)
 				}
@@ -93,7 +93,7 @@ func TestPutAs(t *testing.T) {
 	mustFile(t, src, "as a file")
 	mustFile(t, filepath.Join(ws, "x", "as"), "replaced")
 	for _, dest := range []string{"x/as", "y/z/new"} {
-		res, err := c.Put(context.Background(), agent.PutSpec{Dest: dest, Place: transfer.PlaceAs}, addAll(src, "any"))
+		res, err := c.Put(context.Background(), agent.PutSpec{Dest: dest, Place: archive.PlaceAs}, addAll(src, "any"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,12 +160,12 @@ func TestPutRefusals(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			spec: agent.PutSpec{Dest: "out"}, sentinel: transfer.ErrLinkEscape, entry: "esc",
+			spec: agent.PutSpec{Dest: "out"}, sentinel: archive.ErrLinkEscape, entry: "esc",
 		},
 		{
 			name:  "file over limit",
 			setup: func(t *testing.T, ws, src string) { mustFile(t, filepath.Join(src, "big"), strings.Repeat("x", 100)) },
-			spec:  agent.PutSpec{Dest: "out", Limits: transfer.Limits{MaxFileSize: 10}}, sentinel: transfer.ErrLimit, entry: "big",
+			spec:  agent.PutSpec{Dest: "out", Limits: archive.Limits{MaxFileSize: 10}}, sentinel: archive.ErrLimit, entry: "big",
 		},
 		{
 			name: "new over existing",
@@ -178,7 +178,7 @@ func TestPutRefusals(t *testing.T) {
 		{
 			name:  "into missing",
 			setup: func(t *testing.T, ws, src string) { mustFile(t, filepath.Join(src, "f"), "f") },
-			spec:  agent.PutSpec{Dest: "out", Place: transfer.PlaceInto}, sentinel: fs.ErrNotExist,
+			spec:  agent.PutSpec{Dest: "out", Place: archive.PlaceInto}, sentinel: fs.ErrNotExist,
 		},
 		{
 			name: "into a file",
@@ -186,7 +186,7 @@ func TestPutRefusals(t *testing.T) {
 				mustFile(t, filepath.Join(src, "f"), "f")
 				mustFile(t, filepath.Join(ws, "out"), "a file")
 			},
-			spec: agent.PutSpec{Dest: "out", Place: transfer.PlaceInto}, sentinel: syscall.ENOTDIR,
+			spec: agent.PutSpec{Dest: "out", Place: archive.PlaceInto}, sentinel: syscall.ENOTDIR,
 		},
 		{
 			name: "into: a directory over a file",
@@ -194,7 +194,7 @@ func TestPutRefusals(t *testing.T) {
 				mustFile(t, filepath.Join(src, "f", "x"), "x")
 				mustFile(t, filepath.Join(ws, "out", "f"), "a file")
 			},
-			spec: agent.PutSpec{Dest: "out", Place: transfer.PlaceInto}, sentinel: fs.ErrExist, entry: "f/",
+			spec: agent.PutSpec{Dest: "out", Place: archive.PlaceInto}, sentinel: fs.ErrExist, entry: "f/",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -237,7 +237,7 @@ func TestPutFillFails(t *testing.T) {
 	src := t.TempDir()
 	transfertest.RandomTree(t, src, 7, transfertest.TreeOptions{Entries: 40})
 	errFill := errors.New("fill failed")
-	_, err := c.Put(context.Background(), agent.PutSpec{Dest: "out"}, func(w *transfer.Writer) error {
+	_, err := c.Put(context.Background(), agent.PutSpec{Dest: "out"}, func(w *archive.Writer) error {
 		if err := w.Add(context.Background(), src, "."); err != nil {
 			return err
 		}
@@ -391,7 +391,7 @@ func TestPutMessagesAndAgentReply(t *testing.T) {
 	fake := &putFake{resp: honest}
 	c := fakeAgent(t, fake)
 	_, err := c.Put(context.Background(), agent.PutSpec{Dest: "out", Compress: frame.None}, addAll(src, "."))
-	if !errors.Is(err, transfer.ErrDigest) {
+	if !errors.Is(err, archive.ErrDigest) {
 		t.Fatalf("an agent that reports other counts: err = %v, want ErrDigest", err)
 	}
 	if len(fake.sizes) < 3 {
@@ -405,7 +405,7 @@ func TestPutMessagesAndAgentReply(t *testing.T) {
 		}
 	}
 
-	w := transfer.NewWriter(io.Discard)
+	w := archive.NewWriter(io.Discard)
 	if err := w.Add(context.Background(), src, "."); err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +432,7 @@ func TestPutCutStagingRemoved(t *testing.T) {
 	release := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Put(context.Background(), agent.PutSpec{Dest: "out"}, func(w *transfer.Writer) error {
+		_, err := c.Put(context.Background(), agent.PutSpec{Dest: "out"}, func(w *archive.Writer) error {
 			if err := w.Add(context.Background(), src, "."); err != nil {
 				return err
 			}

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/cdc"
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
@@ -44,18 +44,18 @@ var (
 		zstd.WithEncoderCRC(false)))
 	// The decoders of chunk frames, of the one configuration every chunk
 	// decoder has (frame.NewChunkDecoder): storeChunkDecoder for a chunk
-	// of cdc.Default, the session store's (session.MaxChunkSize), so that
+	// of cdc.Default(), the session store's (session.MaxChunkSize), so that
 	// a frame ReadChunksStored hands on for such a chunk is one the
 	// store's own reader accepts; bigChunkDecoder for the larger chunks
 	// of other chunker parameters.
-	storeChunkDecoder = frame.NewChunkDecoder(cdc.Default.Max)
+	storeChunkDecoder = frame.NewChunkDecoder(cdc.Default().Max)
 	bigChunkDecoder   = frame.NewChunkDecoder(maxChunk)
 )
 
 // chunkDecoder is the decoder of a frame of a chunk of size bytes: the
 // smallest bound that holds it.
 func chunkDecoder(size int64) *zstd.Decoder {
-	if size <= int64(cdc.Default.Max) {
+	if size <= int64(cdc.Default().Max) {
 		return storeChunkDecoder
 	}
 	return bigChunkDecoder
@@ -91,7 +91,7 @@ func (s *server) readChunks(ctx context.Context, req *agentv1.ReadChunksRequest,
 		return status.Errorf(codes.InvalidArgument, "read chunks %s: unknown compression %v", rd, comp)
 	}
 	if len(req.GetReads()) > maxReads {
-		return fmt.Errorf("read chunks %s: %w: %d reads, at most %d", rd, transfer.ErrLimit, len(req.GetReads()), maxReads)
+		return fmt.Errorf("read chunks %s: %w: %d reads, at most %d", rd, archive.ErrLimit, len(req.GetReads()), maxReads)
 	}
 	dir := s.abs(rd)
 	root, err := os.OpenRoot(dir)
@@ -181,7 +181,7 @@ func changed(name string) error {
 // The agent may be hostile: every chunk must come once and in order, no
 // larger than asked (compressed or decompressed), with exactly the size
 // asked for and the SHA-256 of its id; anything else fails with
-// transfer.ErrDigest. A file that changed since the scan fails with a
+// archive.ErrDigest. A file that changed since the scan fails with a
 // *RemoteError matching ErrChanged and naming it.
 func (c *Client) ReadChunks(ctx context.Context, dir string, reads []*agentv1.ChunkRead, compress frame.Mode, fn func(i int, plaintext []byte) error) (int64, error) {
 	return c.ReadChunksStored(ctx, dir, reads, compress, func(i int, plaintext, _ []byte) error { return fn(i, plaintext) })
@@ -191,10 +191,10 @@ func (c *Client) ReadChunks(ctx context.Context, dir string, reads []*agentv1.Ch
 // travelled in (nil when it travelled raw), which decoded to plaintext:
 // a store that keeps chunks as zstd can keep that frame as it is instead
 // of compressing the chunk again. Both slices are valid only during fn.
-// The frame of a chunk of at most cdc.Default.Max bytes was decoded by
-// frame.NewChunkDecoder(cdc.Default.Max), the session store's reader, so
+// The frame of a chunk of at most cdc.Default().Max bytes was decoded by
+// frame.NewChunkDecoder(cdc.Default().Max), the session store's reader, so
 // the store accepts it as it is: a frame it would refuse (a window over
-// that bound, say) fails the call with transfer.ErrDigest.
+// that bound, say) fails the call with archive.ErrDigest.
 func (c *Client) ReadChunksStored(ctx context.Context, dir string, reads []*agentv1.ChunkRead, compress frame.Mode, fn func(i int, plaintext, zstd []byte) error) (int64, error) {
 	if dir == "" {
 		dir = "."
@@ -208,7 +208,7 @@ func (c *Client) ReadChunksStored(ctx context.Context, dir string, reads []*agen
 		return 0, fmt.Errorf("%s: unknown compression %v", op, compress)
 	}
 	if len(reads) > maxReads {
-		return 0, fmt.Errorf("%s: %w: at most %d", op, transfer.ErrLimit, maxReads)
+		return 0, fmt.Errorf("%s: %w: at most %d", op, archive.ErrLimit, maxReads)
 	}
 	for i, r := range reads {
 		if err := checkRemotePath("read chunks", r.GetPath()); err != nil {
@@ -233,7 +233,7 @@ func (c *Client) ReadChunksStored(ctx context.Context, dir string, reads []*agen
 		m, err := stream.Recv()
 		if err == io.EOF {
 			if next != len(reads) {
-				return wire, fmt.Errorf("%s: %w: the agent sent %d chunks, not %s at %d", op, transfer.ErrDigest, next, reads[next].GetPath(), reads[next].GetOffset())
+				return wire, fmt.Errorf("%s: %w: the agent sent %d chunks, not %s at %d", op, archive.ErrDigest, next, reads[next].GetPath(), reads[next].GetOffset())
 			}
 			return wire, nil
 		}
@@ -241,14 +241,14 @@ func (c *Client) ReadChunksStored(ctx context.Context, dir string, reads []*agen
 			return wire, c.readErr(op, err)
 		}
 		if next == len(reads) || int(m.GetIndex()) != next {
-			return wire, fmt.Errorf("%s: %w: the agent sent chunk %d, want %d", op, transfer.ErrDigest, m.GetIndex(), next)
+			return wire, fmt.Errorf("%s: %w: the agent sent chunk %d, want %d", op, archive.ErrDigest, m.GetIndex(), next)
 		}
 		r := reads[next]
 		data := m.GetData()
 		var stored []byte
 		wire += int64(len(data))
 		if int64(len(data)) > r.GetSize()+r.GetSize()/8+1024 || int64(len(data)) > r.GetSize() && !m.GetZstd() {
-			return wire, fmt.Errorf("%s: %s at %d: %w: %d bytes for %d", op, r.GetPath(), r.GetOffset(), transfer.ErrDigest, len(data), r.GetSize())
+			return wire, fmt.Errorf("%s: %s at %d: %w: %d bytes for %d", op, r.GetPath(), r.GetOffset(), archive.ErrDigest, len(data), r.GetSize())
 		}
 		if m.GetZstd() {
 			if cap(buf) < int(r.GetSize()+decodeSlack) {
@@ -256,14 +256,14 @@ func (c *Client) ReadChunksStored(ctx context.Context, dir string, reads []*agen
 			}
 			stored = data
 			if data, err = chunkDecoder(r.GetSize()).DecodeAll(data, buf[:0:r.GetSize()+decodeSlack]); err != nil {
-				return wire, fmt.Errorf("%s: %s at %d: %w: %v", op, r.GetPath(), r.GetOffset(), transfer.ErrDigest, err)
+				return wire, fmt.Errorf("%s: %s at %d: %w: %v", op, r.GetPath(), r.GetOffset(), archive.ErrDigest, err)
 			}
 		}
 		if int64(len(data)) != r.GetSize() {
-			return wire, fmt.Errorf("%s: %s at %d: %w: %d bytes for %d", op, r.GetPath(), r.GetOffset(), transfer.ErrDigest, len(data), r.GetSize())
+			return wire, fmt.Errorf("%s: %s at %d: %w: %d bytes for %d", op, r.GetPath(), r.GetOffset(), archive.ErrDigest, len(data), r.GetSize())
 		}
 		if sum := sha256.Sum256(data); !bytes.Equal(sum[:], r.GetId()) {
-			return wire, fmt.Errorf("%s: %s at %d: %w: SHA-256 differs from the scan's", op, r.GetPath(), r.GetOffset(), transfer.ErrDigest)
+			return wire, fmt.Errorf("%s: %s at %d: %w: SHA-256 differs from the scan's", op, r.GetPath(), r.GetOffset(), archive.ErrDigest)
 		}
 		if err := fn(next, data, stored); err != nil {
 			return wire, err

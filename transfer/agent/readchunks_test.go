@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/cdc"
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
@@ -188,7 +188,7 @@ func TestReadChunksHostileAgent(t *testing.T) {
 	bomb := enc.EncodeAll(bytes.Repeat(data, 100), nil)
 	other := bytes.Repeat([]byte("other data "), 1000)
 	// wide is data in a frame that declares a 256 KiB window, over the
-	// session store's chunk bound (cdc.Default.Max): the store's reader
+	// session store's chunk bound (cdc.Default().Max): the store's reader
 	// would refuse it, so the host must not hand it on to be kept.
 	noSingle, _ := zstd.NewWriter(nil, zstd.WithSingleSegment(false))
 	defer noSingle.Close()
@@ -246,7 +246,7 @@ func TestReadChunksHostileAgent(t *testing.T) {
 				}
 				return nil
 			})
-			if !errors.Is(err, transfer.ErrDigest) {
+			if !errors.Is(err, archive.ErrDigest) {
 				t.Fatalf("got %v, want ErrDigest", err)
 			}
 		})
@@ -263,7 +263,7 @@ func TestScanReadChunksRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	es := scanAll(t, c, ".", nil)
-	if len(es) != 1 || fs.FileMode(es[0].GetMode()) != 0o640 || len(es[0].GetChunks()) < 3<<20/cdc.Default.Max {
+	if len(es) != 1 || fs.FileMode(es[0].GetMode()) != 0o640 || len(es[0].GetChunks()) < 3<<20/cdc.Default().Max {
 		t.Fatalf("scan: %v", es)
 	}
 	var got []byte

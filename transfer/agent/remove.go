@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 func (s *server) Remove(ctx context.Context, req *agentv1.RemoveRequest) (*agentv1.RemoveResponse, error) {
@@ -29,13 +29,13 @@ func (s *server) Remove(ctx context.Context, req *agentv1.RemoveRequest) (*agent
 		}
 		abs := filepath.Clean(s.abs(p))
 		var err error
-		if transfer.IsStagingName(filepath.Base(abs)) {
+		if archive.IsStagingName(filepath.Base(abs)) {
 			// A host removing the staging directory of a transfer it lost:
 			// that transfer's agent may still be cleaning up after itself,
 			// or still writing into it.
-			err = transfer.RemoveStaging(ctx, abs)
+			err = archive.RemoveStaging(ctx, abs)
 		} else {
-			err = transfer.RemoveTree(abs)
+			err = archive.RemoveTree(abs)
 		}
 		if err != nil {
 			return nil, toStatus(fmt.Errorf("remove %s: %w", p, err))
@@ -48,8 +48,8 @@ func (s *server) Remove(ctx context.Context, req *agentv1.RemoveRequest) (*agent
 // in one call. A missing path is not an error; the root of the file
 // system and the workspace itself are refused (ErrInvalidPath), as is
 // any path before anything is removed. A path named as a staging
-// directory (transfer.IsStagingName) is removed only once no transfer
-// holds it (transfer.RemoveStaging): the call waits for that until ctx
+// directory (archive.IsStagingName) is removed only once no transfer
+// holds it (archive.RemoveStaging): the call waits for that until ctx
 // ends, and a path of that name that is not a directory of the agent's
 // user is refused.
 func (c *Client) Remove(ctx context.Context, paths ...string) error {

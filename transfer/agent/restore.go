@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // ErrChunk matches a Restore whose chunk does not decode to the content
@@ -69,7 +69,7 @@ func (s *server) restore(stream agentv1.Agent_RestoreServer) (*agentv1.Stats, er
 	}
 	n := h.GetEntries()
 	if n < 0 || n > maxRestoreEntries || (lim.MaxEntries > 0 && n > lim.MaxEntries+1) {
-		return nil, fmt.Errorf("%s: %w: %d entries", op, transfer.ErrLimit, n)
+		return nil, fmt.Errorf("%s: %w: %d entries", op, archive.ErrLimit, n)
 	}
 	wire := int64(proto.Size(first))
 	entries := make([]*agentv1.RestoreEntry, 0, n)
@@ -109,7 +109,7 @@ func (s *server) restore(stream agentv1.Agent_RestoreServer) (*agentv1.Stats, er
 		wire += chunks.stop()
 		pw.CloseWithError(werr)
 	}()
-	xs, err := transfer.Extract(ctx, pr, dest, transfer.ExtractOptions{
+	xs, err := archive.Extract(ctx, pr, dest, archive.ExtractOptions{
 		Limits:  lim,
 		Place:   place,
 		Staging: h.GetStaging(),
@@ -142,15 +142,15 @@ func checkRestoreEntries(entries []*agentv1.RestoreEntry) error {
 		var sum int64
 		for _, c := range e.GetChunks() {
 			if c.GetSize() < 1 || c.GetSize() > maxChunk || len(c.GetId()) != sha256.Size {
-				return &transfer.EntryError{Entry: e.GetPath(), Err: fmt.Errorf("%w: bad chunk reference", transfer.ErrUnsupported)}
+				return &archive.EntryError{Entry: e.GetPath(), Err: fmt.Errorf("%w: bad chunk reference", archive.ErrUnsupported)}
 			}
 			sum += c.GetSize()
 		}
 		if e.GetKind() != agentv1.Kind_KIND_FILE && len(e.GetChunks()) > 0 || sum != e.GetSize() || e.GetSize() < 0 {
-			return &transfer.EntryError{Entry: e.GetPath(), Err: fmt.Errorf("%w: %d bytes of chunks for size %d", transfer.ErrUnsupported, sum, e.GetSize())}
+			return &archive.EntryError{Entry: e.GetPath(), Err: fmt.Errorf("%w: %d bytes of chunks for size %d", archive.ErrUnsupported, sum, e.GetSize())}
 		}
 		if e.GetMode()&^0o7777 != 0 {
-			return &transfer.EntryError{Entry: e.GetPath(), Err: fmt.Errorf("%w: mode %o", transfer.ErrUnsupported, e.GetMode())}
+			return &archive.EntryError{Entry: e.GetPath(), Err: fmt.Errorf("%w: mode %o", archive.ErrUnsupported, e.GetMode())}
 		}
 	}
 	return nil
@@ -160,9 +160,9 @@ func checkRestoreEntries(entries []*agentv1.RestoreEntry) error {
 // content from the chunks that follow, in order; end is called before
 // the archive's end is written.
 func writeRestoreTree(ctx context.Context, w io.Writer, entries []*agentv1.RestoreEntry, chunks *chunkPipe, end func() error) error {
-	tw := transfer.NewWriter(w)
+	tw := archive.NewWriter(w)
 	for _, e := range entries {
-		hdr := transfer.Header{
+		hdr := archive.Header{
 			Name:    e.GetPath(),
 			Mode:    fs.FileMode(e.GetMode() & 0o777),
 			ModTime: time.Unix(0, e.GetMtimeUnixNano()),
@@ -172,15 +172,15 @@ func writeRestoreTree(ctx context.Context, w io.Writer, entries []*agentv1.Resto
 		var r io.Reader
 		switch e.GetKind() {
 		case agentv1.Kind_KIND_DIR:
-			hdr.Kind = transfer.Dir
+			hdr.Kind = archive.Dir
 		case agentv1.Kind_KIND_SYMLINK:
-			hdr.Kind = transfer.Symlink
+			hdr.Kind = archive.Symlink
 		case agentv1.Kind_KIND_FILE:
-			hdr.Kind = transfer.File
+			hdr.Kind = archive.File
 			chunks.reset(e)
 			r = chunks
 		default:
-			return &transfer.EntryError{Entry: e.GetPath(), Err: fmt.Errorf("%w: kind %v", transfer.ErrUnsupported, e.GetKind())}
+			return &archive.EntryError{Entry: e.GetPath(), Err: fmt.Errorf("%w: kind %v", archive.ErrUnsupported, e.GetKind())}
 		}
 		if err := tw.WriteEntry(ctx, hdr, r); err != nil {
 			return err
@@ -381,8 +381,8 @@ func chunkMeta(err error) map[string]string {
 // fields are Put's.
 type RestoreSpec struct {
 	Dest    string
-	Place   transfer.Placement
-	Limits  transfer.Limits
+	Place   archive.Placement
+	Limits  archive.Limits
 	Staging string
 }
 
@@ -391,8 +391,8 @@ type RestoreSpec struct {
 // which gives a PlaceNew destination its mode and mtime.
 type RestoreEntry struct {
 	Path   string
-	Kind   transfer.Kind // Dir, File or Symlink
-	Mode   fs.FileMode   // permission bits
+	Kind   archive.Kind // Dir, File or Symlink
+	Mode   fs.FileMode  // permission bits
 	MTime  time.Time
 	Size   int64  // of a File: the sum of its chunks' sizes
 	Target string // of a Symlink
@@ -451,7 +451,7 @@ func (c *Client) Restore(ctx context.Context, spec RestoreSpec, entries []Restor
 	if err := stream.Send(&agentv1.RestoreRequest{Msg: &agentv1.RestoreRequest_Header{Header: hdr}}); err != nil {
 		return Result{}, ended()
 	}
-	var want transfer.Stats
+	var want archive.Stats
 	var wire int64
 	batch := make([]*agentv1.RestoreEntry, 0, restoreBatch)
 	flush := func() error {
@@ -467,20 +467,20 @@ func (c *Client) Restore(ctx context.Context, spec RestoreSpec, entries []Restor
 	for _, e := range entries {
 		pe := &agentv1.RestoreEntry{Path: e.Path, Mode: uint32(e.Mode.Perm()), MtimeUnixNano: e.MTime.UnixNano(), Size: e.Size, Target: e.Target}
 		switch e.Kind {
-		case transfer.Dir:
+		case archive.Dir:
 			pe.Kind = agentv1.Kind_KIND_DIR
 			if e.Path != "." {
 				want.Dirs++
 			}
-		case transfer.Symlink:
+		case archive.Symlink:
 			pe.Kind = agentv1.Kind_KIND_SYMLINK
 			want.Symlinks++
-		case transfer.File:
+		case archive.File:
 			pe.Kind = agentv1.Kind_KIND_FILE
 			want.Files++
 			want.Bytes += e.Size
 		default:
-			return Result{}, fmt.Errorf("%s: entry %q: %w: kind %v", op, e.Path, transfer.ErrUnsupported, e.Kind)
+			return Result{}, fmt.Errorf("%s: entry %q: %w: kind %v", op, e.Path, archive.ErrUnsupported, e.Kind)
 		}
 		for _, ch := range e.Chunks {
 			pathOf[len(refs)] = e.Path
@@ -519,7 +519,7 @@ func (c *Client) Restore(ctx context.Context, spec RestoreSpec, entries []Restor
 	}
 	as := resp.GetStats()
 	if as.GetFiles() != want.Files || as.GetDirs() != want.Dirs || as.GetSymlinks() != want.Symlinks || as.GetBytes() != want.Bytes {
-		return Result{}, fmt.Errorf("%s: %w: the agent reports %v, the host sent %+v", op, transfer.ErrDigest, as, want)
+		return Result{}, fmt.Errorf("%s: %w: the agent reports %v, the host sent %+v", op, archive.ErrDigest, as, want)
 	}
 	return Result{Stats: want, WireBytes: wire, Entries: want.Files + want.Dirs + want.Symlinks, StaleStaging: staleCount(stream.Trailer())}, nil
 }

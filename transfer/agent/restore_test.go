@@ -15,8 +15,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // chunkStore is a content-addressed store of zstd frames, as the session
@@ -41,7 +41,7 @@ func (s chunkStore) get(_ context.Context, id [32]byte, buf []byte) ([]byte, err
 }
 
 func file(path string, mode fs.FileMode, mtime time.Time, refs ...agent.ChunkRef) agent.RestoreEntry {
-	e := agent.RestoreEntry{Path: path, Kind: transfer.File, Mode: mode, MTime: mtime, Chunks: refs}
+	e := agent.RestoreEntry{Path: path, Kind: archive.File, Mode: mode, MTime: mtime, Chunks: refs}
 	for _, r := range refs {
 		e.Size += r.Size
 	}
@@ -55,19 +55,19 @@ func TestRestoreRoundTrip(t *testing.T) {
 	a, b := st.add(line), st.add("tail\n")
 	mt := time.Unix(1700000000, 123456789)
 	entries := []agent.RestoreEntry{
-		{Path: ".", Kind: transfer.Dir, Mode: 0o700, MTime: mt},
-		{Path: "d", Kind: transfer.Dir, Mode: 0o750, MTime: mt.Add(time.Second)},
+		{Path: ".", Kind: archive.Dir, Mode: 0o700, MTime: mt},
+		{Path: "d", Kind: archive.Dir, Mode: 0o750, MTime: mt.Add(time.Second)},
 		// a twice: a chunk two places share is sent for each.
 		file("d/log.jsonl", 0o640, mt.Add(2*time.Second), a, b, a),
 		file("empty", 0o600, mt),
-		{Path: "e", Kind: transfer.Dir, Mode: 0o700, MTime: mt},
-		{Path: "link", Kind: transfer.Symlink, Mode: 0o777, MTime: mt, Target: "d/log.jsonl"},
+		{Path: "e", Kind: archive.Dir, Mode: 0o700, MTime: mt},
+		{Path: "link", Kind: archive.Symlink, Mode: 0o777, MTime: mt, Target: "d/log.jsonl"},
 	}
-	res, err := c.Restore(context.Background(), agent.RestoreSpec{Dest: "out", Place: transfer.PlaceNew}, entries, st.get)
+	res, err := c.Restore(context.Background(), agent.RestoreSpec{Dest: "out", Place: archive.PlaceNew}, entries, st.get)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := transfer.Stats{Files: 2, Dirs: 2, Symlinks: 1, Bytes: int64(2*len(line) + 5)}
+	want := archive.Stats{Files: 2, Dirs: 2, Symlinks: 1, Bytes: int64(2*len(line) + 5)}
 	if res.Stats != want || res.Entries != 5 {
 		t.Errorf("result %+v, want %+v and 5 entries", res, want)
 	}
@@ -107,7 +107,7 @@ func TestRestoreRoundTrip(t *testing.T) {
 // fails the call, and nothing is placed or left behind.
 func TestRestoreRefusals(t *testing.T) {
 	mt := time.Unix(1700000000, 0)
-	root := agent.RestoreEntry{Path: ".", Kind: transfer.Dir, Mode: 0o700, MTime: mt}
+	root := agent.RestoreEntry{Path: ".", Kind: archive.Dir, Mode: 0o700, MTime: mt}
 	for _, tc := range []struct {
 		name     string
 		entries  func(st chunkStore) []agent.RestoreEntry
@@ -147,14 +147,14 @@ func TestRestoreRefusals(t *testing.T) {
 			entries: func(st chunkStore) []agent.RestoreEntry {
 				return []agent.RestoreEntry{root, file("../x", 0o600, mt, st.add("x"))}
 			},
-			sentinel: transfer.ErrUnsafePath, chunk: -1,
+			sentinel: archive.ErrUnsafePath, chunk: -1,
 		},
 		{
 			name: "symlink out of the tree",
 			entries: func(st chunkStore) []agent.RestoreEntry {
-				return []agent.RestoreEntry{root, {Path: "esc", Kind: transfer.Symlink, MTime: mt, Target: "../../etc"}}
+				return []agent.RestoreEntry{root, {Path: "esc", Kind: archive.Symlink, MTime: mt, Target: "../../etc"}}
 			},
-			sentinel: transfer.ErrLinkEscape, chunk: -1, entry: "esc",
+			sentinel: archive.ErrLinkEscape, chunk: -1, entry: "esc",
 		},
 		{
 			name: "store fails",
@@ -171,7 +171,7 @@ func TestRestoreRefusals(t *testing.T) {
 			c, ws := inProcess(t)
 			st := chunkStore{}
 			entries := tc.entries(st)
-			_, err := c.Restore(context.Background(), agent.RestoreSpec{Dest: "out", Place: transfer.PlaceNew}, entries, st.get)
+			_, err := c.Restore(context.Background(), agent.RestoreSpec{Dest: "out", Place: archive.PlaceNew}, entries, st.get)
 			if !errors.Is(err, tc.sentinel) {
 				t.Fatalf("err = %v, want %v", err, tc.sentinel)
 			}
@@ -268,7 +268,7 @@ func TestRestoreWireIsStored(t *testing.T) {
 	c, _ := inProcess(t)
 	st := chunkStore{}
 	r := st.add(strings.Repeat("x", 100000))
-	res, err := c.Restore(context.Background(), agent.RestoreSpec{Dest: "o", Place: transfer.PlaceNew},
+	res, err := c.Restore(context.Background(), agent.RestoreSpec{Dest: "o", Place: archive.PlaceNew},
 		[]agent.RestoreEntry{file("f", 0o600, time.Unix(0, 0), r)}, st.get)
 	if err != nil {
 		t.Fatal(err)

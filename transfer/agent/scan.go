@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/cdc"
 )
 
@@ -56,11 +56,11 @@ const oScan = os.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK
 // known file's is reported unchanged and not opened.
 func (s *server) Scan(req *agentv1.ScanRequest, stream agentv1.Agent_ScanServer) error {
 	if len(req.GetKnown()) > maxKnown {
-		return toStatus(fmt.Errorf("scan %s: %w: %d known files, at most %d", req.GetDir(), transfer.ErrLimit, len(req.GetKnown()), maxKnown))
+		return toStatus(fmt.Errorf("scan %s: %w: %d known files, at most %d", req.GetDir(), archive.ErrLimit, len(req.GetKnown()), maxKnown))
 	}
 	// The last of a path known twice counts, as a map of them would have it.
 	known := slices.Clone(req.GetKnown())
-	slices.SortStableFunc(known, func(a, b *agentv1.KnownFile) int { return transfer.CompareWalk(a.GetPath(), b.GetPath()) })
+	slices.SortStableFunc(known, func(a, b *agentv1.KnownFile) int { return archive.CompareWalk(a.GetPath(), b.GetPath()) })
 	for i := len(known) - 1; i > 0; i-- {
 		if known[i-1].GetPath() == known[i].GetPath() {
 			known = slices.Delete(known, i-1, i)
@@ -184,11 +184,11 @@ type knownFiles struct {
 // add takes the next batch, checking its order.
 func (k *knownFiles) add(batch []*agentv1.KnownFile) error {
 	for _, f := range batch {
-		if k.n > 0 && transfer.CompareWalk(k.last, f.GetPath()) >= 0 {
+		if k.n > 0 && archive.CompareWalk(k.last, f.GetPath()) >= 0 {
 			return status.Errorf(codes.InvalidArgument, "known file %q: out of walk order, after %q", f.GetPath(), k.last)
 		}
 		if k.n++; k.n > maxKnown {
-			return fmt.Errorf("%w: over %d known files", transfer.ErrLimit, maxKnown)
+			return fmt.Errorf("%w: over %d known files", archive.ErrLimit, maxKnown)
 		}
 		k.last = f.GetPath()
 	}
@@ -202,7 +202,7 @@ func (k *knownFiles) find(path string) (*agentv1.KnownFile, error) {
 	for {
 		for len(k.batch) > 0 {
 			f := k.batch[0]
-			switch c := transfer.CompareWalk(f.GetPath(), path); {
+			switch c := archive.CompareWalk(f.GetPath(), path); {
 			case c > 0:
 				return nil, nil
 			case c == 0:
@@ -257,7 +257,7 @@ func chunkFile(ctx context.Context, root *os.Root, ch *cdc.Chunker, e *agentv1.S
 			return err
 		}
 		if len(e.Chunks) == maxFileChunks {
-			return fmt.Errorf("%w: over %d chunks", transfer.ErrLimit, maxFileChunks)
+			return fmt.Errorf("%w: over %d chunks", archive.ErrLimit, maxFileChunks)
 		}
 		sum := sha256.Sum256(data)
 		e.Chunks = append(e.Chunks, &agentv1.ChunkInfo{Id: sum[:], Offset: e.Size, Size: int64(len(data))})
@@ -266,10 +266,10 @@ func chunkFile(ctx context.Context, root *os.Root, ch *cdc.Chunker, e *agentv1.S
 }
 
 // chunkParams is the chunker a ScanRequest asks for: all zero is
-// cdc.Default.
+// cdc.Default().
 func chunkParams(cp *agentv1.ChunkParams) (cdc.Params, error) {
 	if cp.GetMin() == 0 && cp.GetAvg() == 0 && cp.GetMax() == 0 {
-		return cdc.Default, nil
+		return cdc.Default(), nil
 	}
 	p := cdc.Params{Min: int(cp.GetMin()), Avg: int(cp.GetAvg()), Max: int(cp.GetMax())}
 	if err := p.Validate(); err != nil {
@@ -285,13 +285,13 @@ func chunkParams(cp *agentv1.ChunkParams) (cdc.Params, error) {
 // a session save, calling fn with each entry in walk order (a directory
 // before its contents): see the ScanStream RPC. known are the files the
 // host holds chunk lists for, in strictly ascending walk order
-// (transfer.CompareWalk); each whose size and mtime are unchanged comes
+// (archive.CompareWalk); each whose size and mtime are unchanged comes
 // back with Unchanged set and no chunks. They are streamed to the agent as
 // its walk reaches them, in batches of knownBatch, so that neither side
 // holds the whole list; known is read from a goroutine of Scan's, which
 // has returned when Scan does, and its error ends the scan and is
 // returned. A nil known is none. params are the chunker's (the zero value
-// is cdc.Default). fn's error ends the scan and is returned.
+// is cdc.Default()). fn's error ends the scan and is returned.
 //
 // The agent may be hostile: fn gets the entries as the agent sent them,
 // unchecked; the caller validates them (package session's AgentSource

@@ -39,7 +39,7 @@ func knownSeq(known []*agentv1.KnownFile) iter.Seq2[*agentv1.KnownFile, error] {
 func scanAll(t *testing.T, c *agent.Client, dir string, known []*agentv1.KnownFile) []*agentv1.ScanEntry {
 	t.Helper()
 	var got []*agentv1.ScanEntry
-	if err := c.Scan(context.Background(), dir, knownSeq(known), cdc.Default, func(e *agentv1.ScanEntry) error {
+	if err := c.Scan(context.Background(), dir, knownSeq(known), cdc.Default(), func(e *agentv1.ScanEntry) error {
 		got = append(got, e)
 		return nil
 	}); err != nil {
@@ -105,7 +105,7 @@ func TestScan(t *testing.T) {
 			var off int64
 			for _, ch := range e.GetChunks() {
 				sum := sha256.Sum256(data[off : off+ch.GetSize()])
-				if ch.GetOffset() != off || ch.GetSize() > int64(cdc.Default.Max) || !bytes.Equal(sum[:], ch.GetId()) {
+				if ch.GetOffset() != off || ch.GetSize() > int64(cdc.Default().Max) || !bytes.Equal(sum[:], ch.GetId()) {
 					t.Fatalf("%s: chunk %+v at %d", rel, ch, off)
 				}
 				off += ch.GetSize()
@@ -154,7 +154,7 @@ func TestScanRefusals(t *testing.T) {
 	}
 	ctx := context.Background()
 	nop := func(*agentv1.ScanEntry) error { return nil }
-	err := c.Scan(ctx, "missing", nil, cdc.Default, nop)
+	err := c.Scan(ctx, "missing", nil, cdc.Default(), nop)
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing dir: %v", err)
 	}
@@ -166,11 +166,11 @@ func TestScanRefusals(t *testing.T) {
 	if re := (*agent.RemoteError)(nil); !errors.As(err, &re) || re.Code != codes.InvalidArgument {
 		t.Errorf("huge chunks: %v", err)
 	}
-	if err := c.Scan(ctx, "a\nb", nil, cdc.Default, nop); !errors.Is(err, agent.ErrInvalidPath) {
+	if err := c.Scan(ctx, "a\nb", nil, cdc.Default(), nop); !errors.Is(err, agent.ErrInvalidPath) {
 		t.Errorf("newline: %v", err)
 	}
 	stop := errors.New("stop")
-	if err := c.Scan(ctx, ".", nil, cdc.Default, func(*agentv1.ScanEntry) error { return stop }); err != stop {
+	if err := c.Scan(ctx, ".", nil, cdc.Default(), func(*agentv1.ScanEntry) error { return stop }); err != stop {
 		t.Errorf("fn's error: %v", err)
 	}
 }
@@ -254,7 +254,7 @@ func TestScanKnownRefused(t *testing.T) {
 	nop := func(*agentv1.ScanEntry) error { return nil }
 	// Byte order, not walk order.
 	unordered := knownSeq([]*agentv1.KnownFile{{Path: "a-b"}, {Path: "a/x"}})
-	err := c.Scan(ctx, ".", unordered, cdc.Default, nop)
+	err := c.Scan(ctx, ".", unordered, cdc.Default(), nop)
 	if re := (*agent.RemoteError)(nil); !errors.As(err, &re) || re.Code != codes.InvalidArgument || !strings.Contains(err.Error(), `"a/x": out of walk order`) {
 		t.Errorf("known files out of order: %v", err)
 	}
@@ -264,7 +264,7 @@ func TestScanKnownRefused(t *testing.T) {
 			yield(nil, broken)
 		}
 	}
-	if err := c.Scan(ctx, ".", failing, cdc.Default, nop); !errors.Is(err, broken) {
+	if err := c.Scan(ctx, ".", failing, cdc.Default(), nop); !errors.Is(err, broken) {
 		t.Errorf("known files failing: %v", err)
 	}
 }

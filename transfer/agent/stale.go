@@ -8,7 +8,7 @@ import (
 )
 
 // staleKey is the trailer metadata in which Put and Restore tell the host
-// how many stale staging directories (transfer.RemoveStaleStaging) the
+// how many stale staging directories (archive.RemoveStaleStaging) the
 // agent removed before it staged: the host logs it, as the agent's own
 // log reaches nobody on success. A key in the trailer, not a field of the
 // response, so that a failed call carries it too and the protocol's

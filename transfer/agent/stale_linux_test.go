@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/ferry-dev/ferry/relay/local"
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // agentPid finds the agent this test dialled: the process running a
@@ -45,7 +45,7 @@ func stagedPut(t *testing.T, c *agent.Client, ws string) (release chan struct{},
 	}
 	release, done = make(chan struct{}), make(chan error, 1)
 	go func() {
-		_, err := c.Put(context.Background(), agent.PutSpec{Dest: "out", Staging: transfer.StagingPrefix + "0a0b0c0d"}, func(w *transfer.Writer) error {
+		_, err := c.Put(context.Background(), agent.PutSpec{Dest: "out", Staging: archive.StagingPrefix + "0a0b0c0d"}, func(w *archive.Writer) error {
 			if err := w.Add(context.Background(), src, "."); err != nil {
 				return err
 			}
@@ -55,7 +55,7 @@ func stagedPut(t *testing.T, c *agent.Client, ws string) (release chan struct{},
 		done <- err
 	}()
 	for range 1000 {
-		if m, _ := filepath.Glob(filepath.Join(ws, transfer.StagingPrefix+"*", "tree", "big")); len(m) > 0 {
+		if m, _ := filepath.Glob(filepath.Join(ws, archive.StagingPrefix+"*", "tree", "big")); len(m) > 0 {
 			return release, done
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // maxStatPaths bounds one Stat call.
@@ -80,14 +80,14 @@ func statPath(p string, follow bool) (*agentv1.Entry, error) {
 	return e, nil
 }
 
-// unixMode is transfer.ModeBits as Entry.mode carries it.
-func unixMode(m fs.FileMode) uint32 { return uint32(transfer.ModeBits(m)) }
+// unixMode is archive.ModeBits as Entry.mode carries it.
+func unixMode(m fs.FileMode) uint32 { return uint32(archive.ModeBits(m)) }
 
 // Entry is what the agent reports about one path.
 type Entry struct {
 	// Path is the path as asked for.
 	Path string
-	Kind transfer.Kind
+	Kind archive.Kind
 	// Size, ModTime and Mode (permission bits, setuid, setgid and sticky)
 	// are zero for a missing path.
 	Size    int64
@@ -95,22 +95,22 @@ type Entry struct {
 	Mode    fs.FileMode
 }
 
-var kinds = map[agentv1.Kind]transfer.Kind{
-	agentv1.Kind_KIND_MISSING: transfer.Missing,
-	agentv1.Kind_KIND_DIR:     transfer.Dir,
-	agentv1.Kind_KIND_FILE:    transfer.File,
-	agentv1.Kind_KIND_SYMLINK: transfer.Symlink,
-	agentv1.Kind_KIND_OTHER:   transfer.Other,
+var kinds = map[agentv1.Kind]archive.Kind{
+	agentv1.Kind_KIND_MISSING: archive.Missing,
+	agentv1.Kind_KIND_DIR:     archive.Dir,
+	agentv1.Kind_KIND_FILE:    archive.File,
+	agentv1.Kind_KIND_SYMLINK: archive.Symlink,
+	agentv1.Kind_KIND_OTHER:   archive.Other,
 }
 
 // Stat reports what is at path in the sandbox (relative paths start at the
 // workspace). With follow a final symlink is followed, as cp does for a
 // destination: a link to a directory is Dir, a dangling one Symlink.
 // Without, a symlink is Symlink. A missing path is Missing, not an error.
-func (c *Client) Stat(ctx context.Context, path string, follow bool) (transfer.Kind, error) {
+func (c *Client) Stat(ctx context.Context, path string, follow bool) (archive.Kind, error) {
 	es, err := c.StatAll(ctx, []string{path}, follow)
 	if err != nil {
-		return transfer.Missing, err
+		return archive.Missing, err
 	}
 	return es[0].Kind, nil
 }
@@ -137,10 +137,10 @@ func (c *Client) StatAll(ctx context.Context, paths []string, follow bool) ([]En
 			return nil, fmt.Errorf("stat %s: the agent answered an unknown kind %d", paths[i], e.GetKind())
 		}
 		out[i] = Entry{Path: paths[i], Kind: k}
-		if k != transfer.Missing {
+		if k != archive.Missing {
 			out[i].Size = e.GetSize()
 			out[i].ModTime = time.Unix(0, e.GetMtimeUnixNano())
-			out[i].Mode = transfer.GoMode(int64(e.GetMode()))
+			out[i].Mode = archive.GoMode(int64(e.GetMode()))
 		}
 	}
 	return out, nil

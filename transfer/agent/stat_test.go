@@ -10,8 +10,8 @@ import (
 	"time"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 func TestStat(t *testing.T) {
@@ -34,19 +34,19 @@ func TestStat(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		path           string
-		lstat, follows transfer.Kind
+		lstat, follows archive.Kind
 	}{
-		{"dir", transfer.Dir, transfer.Dir},
-		{filepath.Join(ws, "dir"), transfer.Dir, transfer.Dir},
-		{"dir/f", transfer.File, transfer.File},
-		{"ldir", transfer.Symlink, transfer.Dir},
-		{"lfile", transfer.Symlink, transfer.File},
-		{"dangling", transfer.Symlink, transfer.Symlink},
-		{"loop", transfer.Symlink, transfer.Symlink},
-		{"fifo", transfer.Other, transfer.Other},
-		{"missing", transfer.Missing, transfer.Missing},
-		{"dir/f/below", transfer.Missing, transfer.Missing},
-		{".", transfer.Dir, transfer.Dir},
+		{"dir", archive.Dir, archive.Dir},
+		{filepath.Join(ws, "dir"), archive.Dir, archive.Dir},
+		{"dir/f", archive.File, archive.File},
+		{"ldir", archive.Symlink, archive.Dir},
+		{"lfile", archive.Symlink, archive.File},
+		{"dangling", archive.Symlink, archive.Symlink},
+		{"loop", archive.Symlink, archive.Symlink},
+		{"fifo", archive.Other, archive.Other},
+		{"missing", archive.Missing, archive.Missing},
+		{"dir/f/below", archive.Missing, archive.Missing},
+		{".", archive.Dir, archive.Dir},
 	} {
 		for _, follow := range []bool{false, true} {
 			want := tc.lstat
@@ -64,9 +64,9 @@ func TestStat(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []agent.Entry{
-		{Path: "lfile", Kind: transfer.File, Size: 5, ModTime: mtime, Mode: 0o640},
-		{Path: "missing", Kind: transfer.Missing},
-		{Path: "dir/f", Kind: transfer.File, Size: 5, ModTime: mtime, Mode: 0o640},
+		{Path: "lfile", Kind: archive.File, Size: 5, ModTime: mtime, Mode: 0o640},
+		{Path: "missing", Kind: archive.Missing},
+		{Path: "dir/f", Kind: archive.File, Size: 5, ModTime: mtime, Mode: 0o640},
 	}
 	for i := range want {
 		if g := es[i]; g.Path != want[i].Path || g.Kind != want[i].Kind || g.Size != want[i].Size || !g.ModTime.Equal(want[i].ModTime) || g.Mode != want[i].Mode {

@@ -10,14 +10,14 @@ import (
 	"strings"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
 
 // A tree travels as Put and Get carry it: data messages holding a frame
-// stream (package frame) of a tar stream made by transfer.Writer with
+// stream (package frame) of a tar stream made by archive.Writer with
 // per-file digests, then one Trailer, the last message. The receiver
-// extracts with transfer.Extract and, before anything is placed, checks
+// extracts with archive.Extract and, before anything is placed, checks
 // that the frame stream ended with its own verified trailer right after
 // the tar's end-of-archive blocks, that the Trailer message came next and
 // last, and that the entries, bytes and every file's name, size and
@@ -27,7 +27,7 @@ import (
 type Result struct {
 	// Stats counts the tree: for Put what the host wrote (and the agent
 	// extracted), for Get what the host extracted.
-	transfer.Stats
+	archive.Stats
 	// WireBytes is the payload of the data messages: the framed,
 	// compressed tar stream.
 	WireBytes int64
@@ -36,7 +36,7 @@ type Result struct {
 	Entries int64
 	// StaleStaging is how many stale staging directories of earlier,
 	// killed transfers the receiver removed from the directory it
-	// staged in (see transfer.RemoveStaleStaging): the agent, for Put
+	// staged in (see archive.RemoveStaleStaging): the agent, for Put
 	// and Restore, as it reports it; the host, for Get.
 	StaleStaging int
 }
@@ -86,14 +86,14 @@ func memberName(op, n string) (string, error) {
 type treeWriter struct {
 	cw *chunkWriter
 	fw *frame.Writer
-	tw *transfer.Writer
+	tw *archive.Writer
 }
 
 // newTreeWriter starts a tree stream; maxRatio 0 is the frame default.
 func newTreeWriter(send func([]byte) error, mode frame.Mode, maxRatio int) *treeWriter {
 	cw := &chunkWriter{send: send}
 	fw := frame.NewWriter(cw, frame.WriterOptions{Compress: mode, BlockSize: frameBlock, MaxRatio: maxRatio, NoDigest: true, WireCost: wireCost})
-	tw := transfer.NewWriter(fw)
+	tw := archive.NewWriter(fw)
 	tw.HashFiles()
 	return &treeWriter{cw: cw, fw: fw, tw: tw}
 }
@@ -230,10 +230,10 @@ func (r *msgReader) Read(p []byte) (int, error) {
 			case err != nil:
 				r.err, r.remote = err, err
 			default:
-				r.err = fmt.Errorf("%w: %w", transfer.ErrDigest, errAfterTrailer)
+				r.err = fmt.Errorf("%w: %w", archive.ErrDigest, errAfterTrailer)
 			}
 		case len(data) == 0:
-			r.err = fmt.Errorf("%w: %w", transfer.ErrDigest, errEmptyData)
+			r.err = fmt.Errorf("%w: %w", archive.ErrDigest, errEmptyData)
 		default:
 			r.buf = data
 			if r.owned {
@@ -252,16 +252,16 @@ func (r *msgReader) Read(p []byte) (int, error) {
 type treeReader struct {
 	msgs *msgReader
 	fr   *frame.Reader
-	got  []transfer.FileDigest
+	got  []archive.FileDigest
 	// minEntries is how many entries must arrive whatever the trailer
 	// says: one per name asked for other than ".".
 	minEntries int64
 }
 
-func newTreeReader(msgs *msgReader, lim transfer.Limits) *treeReader {
+func newTreeReader(msgs *msgReader, lim archive.Limits) *treeReader {
 	ratio := lim.MaxCompressionRatio
 	if ratio == 0 {
-		ratio = transfer.DefaultLimits.MaxCompressionRatio
+		ratio = archive.DefaultLimits.MaxCompressionRatio
 	}
 	// NoDigest: the frame stream's SHA-256 would only repeat the
 	// per-file digests checked against the Trailer; its CRC-32C stays.
@@ -269,25 +269,25 @@ func newTreeReader(msgs *msgReader, lim transfer.Limits) *treeReader {
 }
 
 // onFile is ExtractOptions.OnFile.
-func (t *treeReader) onFile(d transfer.FileDigest) error {
+func (t *treeReader) onFile(d archive.FileDigest) error {
 	t.got = append(t.got, d)
 	return nil
 }
 
 // verify is ExtractOptions.Verify: the tar stream has ended; the frame
 // stream, the Trailer message and the tree must end with it and agree.
-func (t *treeReader) verify(st transfer.Stats) error {
+func (t *treeReader) verify(st archive.Stats) error {
 	var b [512]byte
 	switch n, err := t.fr.Read(b[:]); {
 	case n > 0:
-		return fmt.Errorf("%w: data after the end of the archive", transfer.ErrDigest)
+		return fmt.Errorf("%w: data after the end of the archive", archive.ErrDigest)
 	case err == io.EOF:
 	case t.msgs.remote != nil:
 		return t.msgs.remote
 	case errors.Is(err, frame.ErrTruncated):
-		return fmt.Errorf("%w: %w", transfer.ErrTruncated, err)
+		return fmt.Errorf("%w: %w", archive.ErrTruncated, err)
 	case errors.Is(err, frame.ErrCorrupt):
-		return fmt.Errorf("%w: %w", transfer.ErrDigest, err)
+		return fmt.Errorf("%w: %w", archive.ErrDigest, err)
 	default:
 		return err
 	}
@@ -295,30 +295,30 @@ func (t *treeReader) verify(st transfer.Stats) error {
 	// message, then the end of the messages.
 	switch n, err := t.msgs.Read(b[:]); {
 	case n > 0:
-		return fmt.Errorf("%w: data after the end of the frame stream", transfer.ErrDigest)
+		return fmt.Errorf("%w: data after the end of the frame stream", archive.ErrDigest)
 	case err != io.EOF:
 		return err
 	case t.msgs.trailer == nil:
-		return fmt.Errorf("%w: the stream ends without a trailer", transfer.ErrTruncated)
+		return fmt.Errorf("%w: the stream ends without a trailer", archive.ErrTruncated)
 	}
 	got := st.Files + st.Dirs + st.Symlinks
 	if got < t.minEntries {
-		return fmt.Errorf("%w: %d entries arrived, at least %d were asked for", transfer.ErrShort, got, t.minEntries)
+		return fmt.Errorf("%w: %d entries arrived, at least %d were asked for", archive.ErrShort, got, t.minEntries)
 	}
 	return checkTrailer(st, t.got, t.msgs.trailer)
 }
 
 // checkTrailer compares what arrived with what the sender's trailer says
-// it sent. Fewer entries is transfer.ErrShort; any other difference is
-// transfer.ErrDigest, as an *transfer.EntryError naming the file when one
+// it sent. Fewer entries is archive.ErrShort; any other difference is
+// archive.ErrDigest, as an *archive.EntryError naming the file when one
 // file is at fault.
-func checkTrailer(st transfer.Stats, got []transfer.FileDigest, tr *agentv1.Trailer) error {
+func checkTrailer(st archive.Stats, got []archive.FileDigest, tr *agentv1.Trailer) error {
 	entries := st.Files + st.Dirs + st.Symlinks
 	switch {
 	case entries < tr.GetEntries():
-		return fmt.Errorf("%w: %d entries arrived, the sender counted %d", transfer.ErrShort, entries, tr.GetEntries())
+		return fmt.Errorf("%w: %d entries arrived, the sender counted %d", archive.ErrShort, entries, tr.GetEntries())
 	case entries > tr.GetEntries():
-		return fmt.Errorf("%w: %d entries arrived, the sender counted %d", transfer.ErrDigest, entries, tr.GetEntries())
+		return fmt.Errorf("%w: %d entries arrived, the sender counted %d", archive.ErrDigest, entries, tr.GetEntries())
 	}
 	want := tr.GetFiles()
 	for i := range max(len(got), len(want)) {
@@ -340,13 +340,13 @@ func checkTrailer(st transfer.Stats, got []transfer.FileDigest, tr *agentv1.Trai
 		}
 	}
 	if st.Bytes != tr.GetBytes() {
-		return fmt.Errorf("%w: %d bytes arrived, the sender wrote %d", transfer.ErrDigest, st.Bytes, tr.GetBytes())
+		return fmt.Errorf("%w: %d bytes arrived, the sender wrote %d", archive.ErrDigest, st.Bytes, tr.GetBytes())
 	}
 	return nil
 }
 
 func digestErr(name, why string) error {
-	return &transfer.EntryError{Entry: name, Op: "verify", Err: fmt.Errorf("%w: %s", transfer.ErrDigest, why)}
+	return &archive.EntryError{Entry: name, Op: "verify", Err: fmt.Errorf("%w: %s", archive.ErrDigest, why)}
 }
 
 func clipName(s string) string {
@@ -358,7 +358,7 @@ func clipName(s string) string {
 }
 
 // trailerOf is the Trailer for what w wrote.
-func trailerOf(w *transfer.Writer) *agentv1.Trailer {
+func trailerOf(w *archive.Writer) *agentv1.Trailer {
 	st := w.Stats()
 	files := make([]*agentv1.FileDigest, len(w.Digests()))
 	for i, d := range w.Digests() {
@@ -369,14 +369,14 @@ func trailerOf(w *transfer.Writer) *agentv1.Trailer {
 
 // frameRatio is the MaxRatio that a frame Writer must keep to for a
 // receiver with these limits.
-func frameRatio(lim transfer.Limits) int {
+func frameRatio(lim archive.Limits) int {
 	if lim.MaxCompressionRatio == 0 {
-		return transfer.DefaultLimits.MaxCompressionRatio
+		return archive.DefaultLimits.MaxCompressionRatio
 	}
 	return lim.MaxCompressionRatio
 }
 
-func limitsToProto(l transfer.Limits) *agentv1.Limits {
+func limitsToProto(l archive.Limits) *agentv1.Limits {
 	return &agentv1.Limits{
 		MaxBytes:     l.MaxTotalBytes,
 		MaxEntries:   l.MaxEntries,
@@ -385,11 +385,11 @@ func limitsToProto(l transfer.Limits) *agentv1.Limits {
 	}
 }
 
-func limitsFromProto(l *agentv1.Limits) (transfer.Limits, error) {
+func limitsFromProto(l *agentv1.Limits) (archive.Limits, error) {
 	if l.GetMaxBytes() < 0 || l.GetMaxEntries() < 0 || l.GetMaxFileBytes() < 0 || l.GetMaxRatio() < 0 || l.GetMaxRatio() > math.MaxInt32 {
-		return transfer.Limits{}, fmt.Errorf("limits out of range: %v", l)
+		return archive.Limits{}, fmt.Errorf("limits out of range: %v", l)
 	}
-	return transfer.Limits{
+	return archive.Limits{
 		MaxTotalBytes:       l.GetMaxBytes(),
 		MaxEntries:          l.GetMaxEntries(),
 		MaxFileSize:         l.GetMaxFileBytes(),
@@ -397,10 +397,10 @@ func limitsFromProto(l *agentv1.Limits) (transfer.Limits, error) {
 	}, nil
 }
 
-var placements = map[transfer.Placement]agentv1.Placement{
-	transfer.PlaceNew:  agentv1.Placement_PLACEMENT_NEW,
-	transfer.PlaceInto: agentv1.Placement_PLACEMENT_INTO,
-	transfer.PlaceAs:   agentv1.Placement_PLACEMENT_AS,
+var placements = map[archive.Placement]agentv1.Placement{
+	archive.PlaceNew:  agentv1.Placement_PLACEMENT_NEW,
+	archive.PlaceInto: agentv1.Placement_PLACEMENT_INTO,
+	archive.PlaceAs:   agentv1.Placement_PLACEMENT_AS,
 }
 
 var compressions = map[frame.Mode]agentv1.Compression{

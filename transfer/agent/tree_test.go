@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
-	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
 
@@ -73,7 +73,7 @@ func makeTar(t *testing.T, entries ...tarEntry) ([]byte, *agentv1.Trailer) {
 		}
 		tr.Entries++
 		if h.Typeflag == tar.TypeReg {
-			sum := transfer.DigestOf([]byte(e.data))
+			sum := archive.DigestOf([]byte(e.data))
 			tr.Bytes += h.Size
 			tr.Files = append(tr.Files, &agentv1.FileDigest{Name: filepath.Clean(e.name), Size: h.Size, Digest: sum[:]})
 		}
@@ -84,12 +84,12 @@ func makeTar(t *testing.T, entries ...tarEntry) ([]byte, *agentv1.Trailer) {
 	return buf.Bytes(), tr
 }
 
-// treeTar is the archive transfer.Writer makes of dir's contents, with its
+// treeTar is the archive archive.Writer makes of dir's contents, with its
 // trailer.
 func treeTar(t *testing.T, dir string) ([]byte, *agentv1.Trailer) {
 	t.Helper()
 	var buf bytes.Buffer
-	w := transfer.NewWriter(&buf)
+	w := archive.NewWriter(&buf)
 	w.HashFiles()
 	if err := w.Add(context.Background(), dir, "."); err != nil {
 		t.Fatal(err)
@@ -174,7 +174,7 @@ func mustFile(t *testing.T, p, data string) {
 }
 
 // wantEntryErr fails t unless err matches sentinel and, when entry is
-// set, names it as an *transfer.EntryError or *agent.RemoteError.
+// set, names it as an *archive.EntryError or *agent.RemoteError.
 func wantEntryErr(t *testing.T, err, sentinel error, entry string) {
 	t.Helper()
 	if !errors.Is(err, sentinel) {
@@ -183,7 +183,7 @@ func wantEntryErr(t *testing.T, err, sentinel error, entry string) {
 	if entry == "" {
 		return
 	}
-	var ee *transfer.EntryError
+	var ee *archive.EntryError
 	var re *agent.RemoteError
 	switch {
 	case errors.As(err, &ee):

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // errorDomain is the ErrorInfo domain of the agent's failures.
@@ -25,15 +25,15 @@ var reasons = []struct {
 }{
 	{context.Canceled, "CANCELED", codes.Canceled},
 	{context.DeadlineExceeded, "DEADLINE_EXCEEDED", codes.DeadlineExceeded},
-	{transfer.ErrLinkEscape, "LINK_ESCAPE", codes.InvalidArgument},
-	{transfer.ErrUnsafePath, "UNSAFE_PATH", codes.InvalidArgument},
-	{transfer.ErrUnsupported, "UNSUPPORTED", codes.InvalidArgument},
+	{archive.ErrLinkEscape, "LINK_ESCAPE", codes.InvalidArgument},
+	{archive.ErrUnsafePath, "UNSAFE_PATH", codes.InvalidArgument},
+	{archive.ErrUnsupported, "UNSUPPORTED", codes.InvalidArgument},
 	{ErrInvalidPath, "INVALID_PATH", codes.InvalidArgument},
-	{transfer.ErrLimit, "LIMIT", codes.ResourceExhausted},
-	{transfer.ErrTruncated, "TRUNCATED", codes.DataLoss},
-	{transfer.ErrShort, "SHORT", codes.DataLoss},
+	{archive.ErrLimit, "LIMIT", codes.ResourceExhausted},
+	{archive.ErrTruncated, "TRUNCATED", codes.DataLoss},
+	{archive.ErrShort, "SHORT", codes.DataLoss},
 	{ErrChunk, "CHUNK", codes.DataLoss},
-	{transfer.ErrDigest, "DIGEST", codes.DataLoss},
+	{archive.ErrDigest, "DIGEST", codes.DataLoss},
 	{syscall.ENOTDIR, "NOT_DIR", codes.FailedPrecondition},
 	{fs.ErrNotExist, "NOT_EXIST", codes.NotFound},
 	{fs.ErrExist, "EXIST", codes.AlreadyExists},
@@ -44,7 +44,7 @@ var reasons = []struct {
 // gets: a code for the kind of failure, err's message (which names the
 // path or entry at fault) and an ErrorInfo whose reason names the
 // sentinel err matches and whose metadata carries the entry, if an
-// *transfer.EntryError names one. A status passes through unchanged.
+// *archive.EntryError names one. A status passes through unchanged.
 func toStatus(err error) error {
 	if err == nil {
 		return nil
@@ -60,7 +60,7 @@ func toStatus(err error) error {
 			break
 		}
 	}
-	if ee := (*transfer.EntryError)(nil); errors.As(err, &ee) && ee.Entry != "" {
+	if ee := (*archive.EntryError)(nil); errors.As(err, &ee) && ee.Entry != "" {
 		info.Metadata = map[string]string{"entry": ee.Entry}
 	}
 	if meta := chunkMeta(err); meta != nil {
@@ -79,7 +79,7 @@ func toStatus(err error) error {
 // RemoteError is a failed call: a failure the agent reported (then Msg is
 // its own message, which names the path or archive entry at fault), or
 // one of gRPC's own on the way. errors.Is matches the sentinel the agent's
-// failure matched: transfer.ErrUnsafePath, ErrLinkEscape, ErrLimit,
+// failure matched: archive.ErrUnsafePath, ErrLinkEscape, ErrLimit,
 // ErrTruncated, ErrUnsupported, ErrShort or ErrDigest, ErrInvalidPath,
 // fs.ErrNotExist, fs.ErrExist, fs.ErrPermission or syscall.ENOTDIR; and
 // context.Canceled or DeadlineExceeded for a call that ended so.

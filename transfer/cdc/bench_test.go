@@ -145,7 +145,7 @@ func BenchmarkCut(b *testing.B) {
 		name string
 		cut  cutter
 	}{
-		{"fastcdc-32k", fastcdc(Default)},
+		{"fastcdc-32k", fastcdc(Default())},
 		{"restic-32k", restic(8<<10, 15, 128<<10)},
 	} {
 		b.Run(c.name, func(b *testing.B) {

@@ -13,8 +13,10 @@ type Params struct {
 }
 
 // Default is what ferry's session store cuts with: 32 KiB average, 8 KiB to
-// 128 KiB (see the measurement in package session's doc).
-var Default = Params{Min: 8 << 10, Avg: 32 << 10, Max: 128 << 10}
+// 128 KiB (see the measurement in package session's doc). It is a
+// function, not a variable, so that nothing can change what every store
+// and agent must agree on.
+func Default() Params { return Params{Min: 8 << 10, Avg: 32 << 10, Max: 128 << 10} }
 
 // Validate reports whether p can be used.
 func (p Params) Validate() error {

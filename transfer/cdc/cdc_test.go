@@ -40,12 +40,12 @@ func TestChunkerBounds(t *testing.T) {
 		data []byte
 		p    Params
 	}{
-		{"empty", nil, Default},
-		{"one byte", []byte{1}, Default},
-		{"under min", randomBytes(1, Default.Min-1), Default},
-		{"exactly max", randomBytes(2, Default.Max), Default},
-		{"random 1 MiB", randomBytes(3, 1<<20), Default},
-		{"zeros", make([]byte, 1<<20), Default},
+		{"empty", nil, Default()},
+		{"one byte", []byte{1}, Default()},
+		{"under min", randomBytes(1, Default().Min-1), Default()},
+		{"exactly max", randomBytes(2, Default().Max), Default()},
+		{"random 1 MiB", randomBytes(3, 1<<20), Default()},
+		{"zeros", make([]byte, 1<<20), Default()},
 		{"small params", randomBytes(4, 100_000), small},
 	}
 	for _, tc := range cases {
@@ -77,7 +77,7 @@ func TestChunkerBounds(t *testing.T) {
 // either would make every stored chunk stop deduplicating.
 func TestBoundariesPinned(t *testing.T) {
 	h := sha256.New()
-	for _, c := range chunks(t, bytes.NewReader(randomBytes(7, 1<<20)), Default) {
+	for _, c := range chunks(t, bytes.NewReader(randomBytes(7, 1<<20)), Default()) {
 		fmt.Fprintf(h, "%d,", len(c))
 	}
 	const want = "3db8520a338ed665"
@@ -87,10 +87,10 @@ func TestBoundariesPinned(t *testing.T) {
 }
 
 func TestAverage(t *testing.T) {
-	cs := chunks(t, bytes.NewReader(randomBytes(9, 4<<20)), Default)
+	cs := chunks(t, bytes.NewReader(randomBytes(9, 4<<20)), Default())
 	avg := (4 << 20) / len(cs)
-	if avg < Default.Avg/2 || avg > Default.Avg*2 {
-		t.Errorf("average chunk %d bytes over %d chunks, want near %d", avg, len(cs), Default.Avg)
+	if avg < Default().Avg/2 || avg > Default().Avg*2 {
+		t.Errorf("average chunk %d bytes over %d chunks, want near %d", avg, len(cs), Default().Avg)
 	}
 }
 
@@ -100,7 +100,7 @@ func TestValidate(t *testing.T) {
 			t.Errorf("Validate(%+v) = nil", p)
 		}
 	}
-	if err := Default.Validate(); err != nil {
+	if err := Default().Validate(); err != nil {
 		t.Error(err)
 	}
 }

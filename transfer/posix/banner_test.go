@@ -23,7 +23,7 @@ func TestBanner(t *testing.T) {
 			// And 200 KiB more of it, with no newline at the end.
 			appendProfile(t, b, "head -c 204800 /dev/zero | tr '\\0' 'x'\n")
 			want := wantTree(sampleTree)
-			res, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, true, sampleTree)), "t", posix.PlaceNew, int64(len(sampleTree)))
+			res, err := b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, true, sampleTree)), "t", posix.PlaceNew, int64(len(sampleTree)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -47,7 +47,7 @@ func TestBanner(t *testing.T) {
 			}
 			_, err = b.r.Download(ctxFor(t), "t", []string{"nope"}, &out)
 			wantPathErr(t, err, posix.ErrNotExist, "t/nope")
-			_, err = b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, true, sampleTree)), "t", posix.PlaceNew, -1)
+			_, err = b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, true, sampleTree)), "t", posix.PlaceNew, -1)
 			wantPathErr(t, err, posix.ErrExist, "t")
 			noLeftovers(t, b.dir)
 		})

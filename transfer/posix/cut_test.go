@@ -24,7 +24,7 @@ var cutFractions = []float64{0.1, 0.5, 0.9}
 // TestCutUpload breaks the relay part way through uploads: always an error
 // wrapping relay.ErrRelayLost, dest never created or changed, no temp dir.
 func TestCutUpload(t *testing.T) {
-	arch := archive(t, true, sampleTree)
+	arch := tarOf(t, true, sampleTree)
 	for _, f := range flavors[:2] {
 		for _, frac := range cutFractions {
 			for _, place := range []posix.Placement{posix.PlaceNew, posix.PlaceInto} {
@@ -61,7 +61,7 @@ func TestCutDownload(t *testing.T) {
 		// The size of an undisturbed download, banner and control
 		// lines included.
 		b := gatewayBox(t, f, gateway.Config{}, "")
-		if _, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, true, sampleTree)), "src", posix.PlaceNew, -1); err != nil {
+		if _, err := b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, true, sampleTree)), "src", posix.PlaceNew, -1); err != nil {
 			t.Fatal(err)
 		}
 		res, err := b.r.Download(ctxFor(t), "src", []string{"."}, io.Discard)
@@ -73,7 +73,7 @@ func TestCutDownload(t *testing.T) {
 				t.Parallel()
 				b := gatewayBox(t, f, gateway.Config{CutAfter: int64(frac * float64(res.WireBytes))}, "")
 				setup := posix.Remote{X: localRunner(t, b.dir)}
-				if _, err := setup.Upload(ctxFor(t), bytes.NewReader(archive(t, true, sampleTree)), "src", posix.PlaceNew, -1); err != nil {
+				if _, err := setup.Upload(ctxFor(t), bytes.NewReader(tarOf(t, true, sampleTree)), "src", posix.PlaceNew, -1); err != nil {
 					t.Fatal(err)
 				}
 				before := snapshot(t, b.dir)
@@ -102,7 +102,7 @@ func TestLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := posix.Remote{X: x}
-	if _, err := r.Upload(ctxFor(t), bytes.NewReader(archive(t, true, sampleTree)), "tree", posix.PlaceNew, int64(len(sampleTree))); err != nil {
+	if _, err := r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, true, sampleTree)), "tree", posix.PlaceNew, int64(len(sampleTree))); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer

@@ -23,7 +23,7 @@
 //     once the process that made it is gone.
 //   - busybox tar restores no directory mtimes; GNU tar does.
 //   - Download hands over the stream as the sandbox's tar wrote it: whatever
-//     checks the entries (transfer.Extract) runs on the host, and w may
+//     checks the entries (archive.Extract) runs on the host, and w may
 //     have received part of a stream when Download fails.
 //
 // Every script is sent as `sh -c SCRIPT sh ARGS...`: paths and names travel

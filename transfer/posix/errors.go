@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // Sentinels callers branch on. Path errors come as *fs.PathError whose Err
@@ -26,13 +28,16 @@ var (
 	// name) absolute or leading out of its directory.
 	ErrInvalidPath = errors.New("posix: invalid path")
 	// ErrEntryCount means the sandbox extracted a different number of
-	// entries than the caller said the archive holds.
-	ErrEntryCount = errors.New("posix: entry count mismatch")
+	// entries than the caller said the archive holds. It matches
+	// archive.ErrShort, as agent mode's count mismatch does.
+	ErrEntryCount = fmt.Errorf("posix: entry count mismatch: %w", archive.ErrShort)
 	// ErrTruncated means the archive given to Upload ended without the
 	// two zero blocks that end a tar stream. Both GNU and busybox tar
 	// accept such a stream silently when it stops between entries, so
 	// Upload refuses it on the host and the relay kills the extraction.
-	ErrTruncated = errors.New("posix: archive ends without end-of-archive blocks")
+	// It matches archive.ErrTruncated, as the host's extractor's refusal
+	// of such a stream does.
+	ErrTruncated = fmt.Errorf("posix: archive ends without end-of-archive blocks: %w", archive.ErrTruncated)
 )
 
 // ExitError reports a command in the sandbox that failed: tar, or a step

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ferry-dev/ferry/relay/gateway"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/posix"
 )
 
@@ -37,9 +38,9 @@ func (c *cutReader) Read(p []byte) (int, error) {
 // read error. Each is an error, no temp dir stays, dest is not created.
 func TestUploadTruncated(t *testing.T) {
 	g, c := newGateway(t, gateway.Config{})
-	arch := archive(t, true, sampleTree)
+	arch := tarOf(t, true, sampleTree)
 	// The offset just after "a/hello.txt": the next header starts there.
-	boundary := len(archive(t, true, sampleTree[:2])) - 1024
+	boundary := len(tarOf(t, true, sampleTree[:2])) - 1024
 	cases := []struct {
 		name string
 		r    func() io.Reader
@@ -67,6 +68,11 @@ func TestUploadTruncated(t *testing.T) {
 					_, err := b.r.Upload(ctxFor(t), tc.r(), dest, place, -1)
 					if !errors.Is(err, tc.want) {
 						t.Fatalf("err = %v, want %v", err, tc.want)
+					}
+					// One sentinel for a truncated stream, whatever the
+					// mode or side that found it.
+					if tc.want == posix.ErrTruncated && !errors.Is(err, archive.ErrTruncated) {
+						t.Fatalf("err = %v, want it to match archive.ErrTruncated", err)
 					}
 					if after := snapshot(t, b.dir); after != before {
 						t.Fatalf("sandbox changed (err %v):\n%s\nwas\n%s", err, after, before)
@@ -105,9 +111,9 @@ func TestUploadEntryCount(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			b := newBox(t, g, c, f, "")
 			for _, want := range []int64{0, int64(len(sampleTree)) - 1, int64(len(sampleTree)) + 1} {
-				_, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, true, sampleTree)), "new", posix.PlaceNew, want)
-				if !errors.Is(err, posix.ErrEntryCount) {
-					t.Fatalf("want %d: err = %v", want, err)
+				_, err := b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, true, sampleTree)), "new", posix.PlaceNew, want)
+				if !errors.Is(err, posix.ErrEntryCount) || !errors.Is(err, archive.ErrShort) {
+					t.Fatalf("want %d: err = %v, want ErrEntryCount matching archive.ErrShort", want, err)
 				}
 				if _, err := os.Lstat(filepath.Join(b.dir, "new")); !errors.Is(err, fs.ErrNotExist) {
 					t.Fatalf("dest created: %v", err)
@@ -178,7 +184,7 @@ func TestTarFails(t *testing.T) {
 		if op == "tar -c" {
 			_, err = b.r.Download(ctxFor(t), "src", []string{"."}, io.Discard)
 		} else {
-			_, err = b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, true, sampleTree)), "new", posix.PlaceNew, -1)
+			_, err = b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, true, sampleTree)), "new", posix.PlaceNew, -1)
 		}
 		var ee *posix.ExitError
 		if !errors.As(err, &ee) || ee.Op != op || ee.Code != 2 || ee.Stderr != "tar: disk on fire" {

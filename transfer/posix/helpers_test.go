@@ -142,9 +142,9 @@ func (e entry) dir() bool { return strings.HasSuffix(e.name, "/") }
 
 var mtime = time.Date(2021, 3, 4, 5, 6, 7, 0, time.UTC)
 
-// archive makes a tar stream of entries with Go's archive/tar, as the
+// tarOf makes a tar stream of entries with Go's archive/tar, as the
 // host side of ferry does.
-func archive(t *testing.T, root bool, entries []entry) []byte {
+func tarOf(t *testing.T, root bool, entries []entry) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

@@ -8,13 +8,13 @@ import (
 	"testing"
 
 	"github.com/ferry-dev/ferry/relay/gateway"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/posix"
 )
 
-// TestWithTransfer runs the pipeline the CLI builds: transfer.Writer on
+// TestWithTransfer runs the pipeline the CLI builds: archive.Writer on
 // the host, Upload with the writer's entry count, Download, and
-// transfer.Extract on the host; the tree comes back as it left.
+// archive.Extract on the host; the tree comes back as it left.
 func TestWithTransfer(t *testing.T) {
 	g, c := newGateway(t, gateway.Config{})
 	src := t.TempDir()
@@ -47,7 +47,7 @@ func TestWithTransfer(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			b := newBox(t, g, c, f, "")
 			var arch bytes.Buffer
-			tw := transfer.NewWriter(&arch)
+			tw := archive.NewWriter(&arch)
 			if err := tw.Add(ctxFor(t), src, "."); err != nil {
 				t.Fatal(err)
 			}
@@ -71,7 +71,7 @@ func TestWithTransfer(t *testing.T) {
 				t.Fatal(err)
 			}
 			dest := filepath.Join(t.TempDir(), "back")
-			xst, err := transfer.Extract(ctxFor(t), &back, dest, transfer.ExtractOptions{})
+			xst, err := archive.Extract(ctxFor(t), &back, dest, archive.ExtractOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -42,7 +42,7 @@ func (s *stallReader) Read(p []byte) (int, error) {
 // context's error, the temp dir removed, dest not created.
 func TestUploadCancel(t *testing.T) {
 	b := gatewayBox(t, flavors[0], gateway.Config{}, "")
-	arch := archive(t, true, sampleTree)
+	arch := tarOf(t, true, sampleTree)
 	sr := &stallReader{r: bytes.NewReader(arch[:len(arch)/2]), started: make(chan struct{}), release: make(chan struct{})}
 	defer close(sr.release)
 	ctx, cancel := context.WithCancel(ctxFor(t))
@@ -66,7 +66,7 @@ func TestUploadCancel(t *testing.T) {
 // client falls back to one-shot exec (stdin in one message).
 func TestOneShot(t *testing.T) {
 	b := gatewayBox(t, flavors[0], gateway.Config{DisableInteractive: true}, "")
-	if _, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, true, sampleTree)), "t", posix.PlaceNew, int64(len(sampleTree))); err != nil {
+	if _, err := b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, true, sampleTree)), "t", posix.PlaceNew, int64(len(sampleTree))); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
@@ -80,7 +80,7 @@ func TestOneShot(t *testing.T) {
 // temp dir for a dead one.
 func TestConcurrent(t *testing.T) {
 	b := gatewayBox(t, flavors[0], gateway.Config{}, "")
-	arch := archive(t, true, sampleTree)
+	arch := tarOf(t, true, sampleTree)
 	var wg sync.WaitGroup
 	errs := make([]error, 6)
 	for i := range errs {
@@ -153,7 +153,7 @@ func testSweep(t *testing.T, f flavor) {
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
-	res, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, true, sampleTree)), "p/new", posix.PlaceNew, -1)
+	res, err := b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, true, sampleTree)), "p/new", posix.PlaceNew, -1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/ferry-dev/ferry/relay"
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // Remote is one sandbox reached through an exec channel. Paths without a
@@ -22,15 +22,15 @@ type Remote struct {
 	Sandbox string
 }
 
-// Kind is what a path in the sandbox is; see transfer.Kind.
-type Kind = transfer.Kind
+// Kind is what a path in the sandbox is; see archive.Kind.
+type Kind = archive.Kind
 
 const (
-	Missing = transfer.Missing
-	Dir     = transfer.Dir
-	File    = transfer.File
-	Symlink = transfer.Symlink
-	Other   = transfer.Other
+	Missing = archive.Missing
+	Dir     = archive.Dir
+	File    = archive.File
+	Symlink = archive.Symlink
+	Other   = archive.Other
 )
 
 var kinds = map[string]Kind{"missing": Missing, "dir": Dir, "file": File, "symlink": Symlink, "other": Other}

@@ -20,7 +20,7 @@ func TestRoundTrip(t *testing.T) {
 	for _, f := range flavors {
 		t.Run(f.name, func(t *testing.T) {
 			b := newBox(t, g, c, f, "")
-			arch := archive(t, true, sampleTree)
+			arch := tarOf(t, true, sampleTree)
 			want := wantTree(sampleTree)
 			// A destination whose every part would trip a careless
 			// script: a leading dash, spaces, quotes, unicode, globs.
@@ -77,7 +77,7 @@ func TestRoundTrip(t *testing.T) {
 func TestUploadNoRoot(t *testing.T) {
 	b := gatewayBox(t, flavors[0], gateway.Config{}, "")
 	entries := []entry{{name: "f", mode: 0o640, body: "x"}}
-	if _, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, false, entries)), "deep/er/new", posix.PlaceNew, 1); err != nil {
+	if _, err := b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, false, entries)), "deep/er/new", posix.PlaceNew, 1); err != nil {
 		t.Fatal(err)
 	}
 	sameTree(t, "uploaded", tree(t, filepath.Join(b.dir, "deep/er/new")), wantTree(entries))
@@ -100,7 +100,7 @@ func TestPlaceNewExists(t *testing.T) {
 					os.Symlink("nowhere", p)
 				}
 				before := snapshot(t, b.dir)
-				_, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, true, sampleTree)), dest, posix.PlaceNew, -1)
+				_, err := b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, true, sampleTree)), dest, posix.PlaceNew, -1)
 				wantPathErr(t, err, posix.ErrExist, dest)
 				if !errors.Is(err, fs.ErrExist) {
 					t.Fatalf("%v is not fs.ErrExist", err)
@@ -153,7 +153,7 @@ func TestPlaceInto(t *testing.T) {
 				{name: ".dot", mode: 0o644, body: "dot"},
 				{name: "-dash", mode: 0o644, body: "dash"},
 			}
-			res, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, true, into)), "-in to", posix.PlaceInto, int64(len(into)))
+			res, err := b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, true, into)), "-in to", posix.PlaceInto, int64(len(into)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,19 +178,19 @@ func TestPlaceInto(t *testing.T) {
 			// A directory where a file is: refused before anything moves.
 			before := snapshot(t, b.dir)
 			clash := []entry{{name: "zz-first", mode: 0o644, body: "x"}, {name: "top/", mode: 0o755}, {name: "top/x", mode: 0o644, body: "x"}}
-			_, err = b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, false, clash)), "-in to", posix.PlaceInto, -1)
+			_, err = b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, false, clash)), "-in to", posix.PlaceInto, -1)
 			wantPathErr(t, err, posix.ErrExist, "-in to/top")
 			clash = []entry{{name: "a/", mode: 0o755}, {name: "a/old", mode: 0o644, body: "x"}}
-			_, err = b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, false, clash)), "-in to", posix.PlaceInto, -1)
+			_, err = b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, false, clash)), "-in to", posix.PlaceInto, -1)
 			wantPathErr(t, err, posix.ErrExist, "-in to/a/old")
 			if after := snapshot(t, b.dir); after != before {
 				t.Fatalf("sandbox changed by a refused merge:\n%s\nwas\n%s", after, before)
 			}
 			noLeftovers(t, b.dir)
 
-			_, err = b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, false, into)), "missing", posix.PlaceInto, -1)
+			_, err = b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, false, into)), "missing", posix.PlaceInto, -1)
 			wantPathErr(t, err, posix.ErrNotExist, "missing")
-			_, err = b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, false, into)), "-in to/top", posix.PlaceInto, -1)
+			_, err = b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, false, into)), "-in to/top", posix.PlaceInto, -1)
 			wantPathErr(t, err, posix.ErrNotDir, "-in to/top")
 			if after := snapshot(t, b.dir); after != before {
 				t.Fatalf("sandbox changed by a refused upload")
@@ -219,14 +219,14 @@ func TestPlaceAs(t *testing.T) {
 				return e.body
 			}
 			// New, in a new parent, from an archive with a root entry.
-			if _, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, true, one)), "p q/-new name", posix.PlaceAs, 1); err != nil {
+			if _, err := b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, true, one)), "p q/-new name", posix.PlaceAs, 1); err != nil {
 				t.Fatal(err)
 			}
 			if got := read("p q/-new name"); got != "one" {
 				t.Fatalf("placed %q", got)
 			}
 			// Over a file.
-			if _, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, false, two)), "p q/-new name", posix.PlaceAs, 1); err != nil {
+			if _, err := b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, false, two)), "p q/-new name", posix.PlaceAs, 1); err != nil {
 				t.Fatal(err)
 			}
 			if got := read("p q/-new name"); got != "two" {
@@ -236,7 +236,7 @@ func TestPlaceAs(t *testing.T) {
 			// is not entered.
 			os.Mkdir(filepath.Join(b.dir, "target"), 0o755)
 			os.Symlink("target", filepath.Join(b.dir, "p q/link"))
-			if _, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, false, one)), "p q/link", posix.PlaceAs, 1); err != nil {
+			if _, err := b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, false, one)), "p q/link", posix.PlaceAs, 1); err != nil {
 				t.Fatal(err)
 			}
 			if got := read("p q/link"); got != "one" {
@@ -247,17 +247,17 @@ func TestPlaceAs(t *testing.T) {
 			}
 			// A directory entry becomes a new path, not an existing one.
 			tree1 := []entry{{name: "d/", mode: 0o750}, {name: "d/x", mode: 0o640, body: "x"}}
-			if _, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, false, tree1)), "dd", posix.PlaceAs, 2); err != nil {
+			if _, err := b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, false, tree1)), "dd", posix.PlaceAs, 2); err != nil {
 				t.Fatal(err)
 			}
 			sameTree(t, "dir as", tree(t, filepath.Join(b.dir, "dd")), map[string]entry{"x": {name: "x", mode: 0o640, body: "x"}})
 
 			before := snapshot(t, b.dir)
-			_, err := b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, false, tree1)), "p q/-new name", posix.PlaceAs, -1)
+			_, err := b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, false, tree1)), "p q/-new name", posix.PlaceAs, -1)
 			wantPathErr(t, err, posix.ErrExist, "p q/-new name")
-			_, err = b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, false, one)), "dd", posix.PlaceAs, -1)
+			_, err = b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, false, one)), "dd", posix.PlaceAs, -1)
 			wantPathErr(t, err, posix.ErrExist, "dd")
-			_, err = b.r.Upload(ctxFor(t), bytes.NewReader(archive(t, false, append(one, entry{name: "g", mode: 0o644}))), "new", posix.PlaceAs, -1)
+			_, err = b.r.Upload(ctxFor(t), bytes.NewReader(tarOf(t, false, append(one, entry{name: "g", mode: 0o644}))), "new", posix.PlaceAs, -1)
 			if err == nil || !strings.Contains(err.Error(), "exactly one") {
 				t.Fatalf("two entries: %v", err)
 			}

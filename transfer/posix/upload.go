@@ -12,22 +12,22 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
-// Placement is transfer.Placement: the sandbox places an uploaded tree as
+// Placement is archive.Placement: the sandbox places an uploaded tree as
 // Extract places a downloaded one. Here, unlike there, PlaceNew and PlaceAs
 // make missing parent directories; PlaceInto also takes a symlink to a
 // directory, and its temp dir lives inside dest, so dest's own mtime
 // changes even when an upload fails; PlaceAs removes a symlink at dest
 // before the rename, as mv would follow one to a directory.
-type Placement = transfer.Placement
+type Placement = archive.Placement
 
-// The placements, as in package transfer.
+// The placements, as in package archive.
 const (
-	PlaceNew  = transfer.PlaceNew
-	PlaceInto = transfer.PlaceInto
-	PlaceAs   = transfer.PlaceAs
+	PlaceNew  = archive.PlaceNew
+	PlaceInto = archive.PlaceInto
+	PlaceAs   = archive.PlaceAs
 )
 
 // placeWords are the placements as upload.sh names them.
@@ -39,7 +39,7 @@ type Result struct {
 	// the extracted root (an archive's "." entry is not one); for
 	// Download, the number of entries below and including each name but
 	// "." itself, counted just before tar ran. Either way it is what
-	// transfer.Stats counts as Files + Dirs + Symlinks for the same tree,
+	// archive.Stats counts as Files + Dirs + Symlinks for the same tree,
 	// unless the tree changed meanwhile. -1 when a Download's sandbox
 	// reported no count.
 	Entries int64
@@ -72,7 +72,7 @@ const cleanupTimeout = 15 * time.Second
 // PlaceInto and cuts).
 //
 // wantEntries counts every path below the archive's root, as find sees
-// them after extraction: for an archive made by transfer.Writer, Files +
+// them after extraction: for an archive made by archive.Writer, Files +
 // Dirs + Symlinks of its Stats. Pass it whenever it is known: it is what
 // catches an archive that stops cleanly between two entries.
 //

@@ -21,7 +21,7 @@ type TreeOptions struct {
 	NoSymlinks  bool  // for peers that cannot take them
 }
 
-// Tree counts what RandomTree made, in transfer.Stats' terms: Dirs leaves
+// Tree counts what RandomTree made, in archive.Stats' terms: Dirs leaves
 // out the root.
 type Tree struct {
 	Files, Dirs, Symlinks, Bytes int64

@@ -88,7 +88,7 @@ func (Kind) EnumDescriptor() ([]byte, []int) {
 }
 
 // Placement is how a received tree lands at its destination; see
-// transfer.Placement.
+// archive.Placement.
 type Placement int32
 
 const (
@@ -818,7 +818,7 @@ type FileDigest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Size  int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	// Digest is the file's transfer.FileDigest: XXH3-128 over the XXH3-128
+	// Digest is the file's archive.FileDigest: XXH3-128 over the XXH3-128
 	// of each 32 KiB segment of its data and its length, big-endian; field
 	// 3 carried a SHA-256, then a plain XXH3-128, before.
 	Digest        []byte `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`

@@ -73,7 +73,7 @@ type AgentClient interface {
 	// one request: the first request carries dir and params, and every
 	// request may carry known files, which come in walk order (strictly
 	// ascending, '/' counting below every other byte; see
-	// transfer.CompareWalk); the host half-closes after the last one. The
+	// archive.CompareWalk); the host half-closes after the last one. The
 	// agent reads them as its walk reaches them, so that neither side holds
 	// the whole list.
 	ScanStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ScanRequest, ScanResponse], error)
@@ -275,7 +275,7 @@ type AgentServer interface {
 	// one request: the first request carries dir and params, and every
 	// request may carry known files, which come in walk order (strictly
 	// ascending, '/' counting below every other byte; see
-	// transfer.CompareWalk); the host half-closes after the last one. The
+	// archive.CompareWalk); the host half-closes after the last one. The
 	// agent reads them as its walk reaches them, so that neither side holds
 	// the whole list.
 	ScanStream(grpc.BidiStreamingServer[ScanRequest, ScanResponse]) error

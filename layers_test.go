@@ -1,0 +1,73 @@
+package ferry_test
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// layers are the project's top-level packages, lowest first. A package
+// may import its own tree and any tree below it, never one above or
+// beside: the data path reads in one direction, cmd → root → session →
+// transfer → relay → proto.
+var layers = []string{"proto", "relay", "transfer", "session", "", "cmd"}
+
+const module = "github.com/ferry-dev/ferry"
+
+// layerOf is the rank of an import path of this module in layers, or -1
+// for a path outside it.
+func layerOf(t *testing.T, p string) int {
+	if p != module && !strings.HasPrefix(p, module+"/") {
+		return -1
+	}
+	top, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(p, module), "/"), "/")
+	for i, l := range layers {
+		if l == top {
+			return i
+		}
+	}
+	t.Fatalf("%s is in no layer: add its tree to layers", p)
+	return -1
+}
+
+// TestImportsPointDown fails on an import that points up or sideways
+// between the top-level packages, tests' imports included.
+func TestImportsPointDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "list", "-f",
+		`{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`,
+		module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := fields[0]
+		from := layerOf(t, pkg)
+		for _, imp := range fields[1:] {
+			to := layerOf(t, imp)
+			if to < 0 {
+				continue
+			}
+			checked++
+			if to > from {
+				t.Errorf("%s imports %s: %s is above %s", pkg, imp, layerName(to), layerName(from))
+			}
+		}
+	}
+	// The module's own imports are many; none seen is a broken listing.
+	if checked < 50 {
+		t.Fatalf("only %d imports within the module listed", checked)
+	}
+}
+
+func layerName(i int) string {
+	if layers[i] == "" {
+		return "the root package"
+	}
+	return layers[i]
+}

@@ -1,0 +1,195 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/ferry-dev/ferry/transfer/archive"
+)
+
+// contents reports whether p asks for a directory's contents ("dir/.").
+func contents(p string) bool {
+	return p == "." || strings.HasSuffix(p, "/.")
+}
+
+// Upload copies local sources to dst in r's sandbox with `cp -r`
+// semantics: a directory into an existing directory lands as
+// dst/basename, a directory to a missing path creates it with the
+// directory's contents, "src/." copies the contents, a file to a missing
+// path is a rename, and several sources need an existing directory.
+func Upload(ctx context.Context, r Remote, srcs []string, dst string) (Stats, error) {
+	if len(srcs) == 0 {
+		return Stats{}, errors.New("upload: no sources")
+	}
+	name := r.Target().Name
+	type source struct {
+		path string
+		info os.FileInfo
+	}
+	var sources []source
+	for _, s := range srcs {
+		fi, err := os.Lstat(s)
+		if err != nil {
+			return Stats{}, fmt.Errorf("upload %s: %w", s, ErrNoSource)
+		}
+		sources = append(sources, source{s, fi})
+	}
+	// A destination is followed through a symlink, as cp does.
+	kind, err := r.Stat(ctx, dst, true)
+	if err != nil {
+		return Stats{}, fmt.Errorf("upload: stat %s:%s: %w", name, dst, err)
+	}
+	dstIsDir := kind == archive.Dir
+	if (len(sources) > 1 || strings.HasSuffix(dst, "/")) && !dstIsDir {
+		if kind == archive.Missing && len(sources) == 1 && sources[0].info.IsDir() {
+			// "cp -r dir new/" creates new.
+		} else {
+			return Stats{}, fmt.Errorf("upload to %s:%s: %w", name, dst, ErrNotDir)
+		}
+	}
+
+	// Decide what the archive holds and where it lands.
+	var items []Item
+	var place archive.Placement
+	remoteDest := dst
+	switch {
+	case dstIsDir:
+		place = archive.PlaceInto
+		for _, s := range sources {
+			if s.info.IsDir() && contents(s.path) {
+				items = append(items, Item{s.path, "."})
+			} else {
+				items = append(items, Item{s.path, filepath.Base(filepath.Clean(s.path))})
+			}
+		}
+	case sources[0].info.IsDir():
+		if kind != archive.Missing {
+			return Stats{}, fmt.Errorf("upload %s to %s:%s: cannot overwrite a non-directory with a directory", sources[0].path, name, dst)
+		}
+		place = archive.PlaceNew
+		items = append(items, Item{sources[0].path, "."})
+	default:
+		// A file (or symlink) to a missing path or over a file: it lands
+		// in dst's parent under dst's name, and a missing parent is made.
+		remoteDest = path.Dir(strings.TrimSuffix(dst, "/"))
+		items = append(items, Item{sources[0].path, path.Base(dst)})
+		pk, err := r.Stat(ctx, remoteDest, true)
+		if err != nil {
+			return Stats{}, fmt.Errorf("upload: stat %s:%s: %w", name, remoteDest, err)
+		}
+		switch pk {
+		case archive.Dir:
+			place = archive.PlaceInto
+		case archive.Missing:
+			place = archive.PlaceNew
+		default:
+			return Stats{}, fmt.Errorf("upload to %s:%s: %w", name, remoteDest, ErrNotDir)
+		}
+	}
+
+	// The remote side counts what it extracted and must find this many:
+	// a stream that a relay ended early between two entries is caught.
+	var want int64
+	for _, it := range items {
+		n, err := countEntries(it.Src, it.Name)
+		if err != nil {
+			return Stats{}, fmt.Errorf("upload %s: %w", it.Src, err)
+		}
+		want += n
+	}
+	cs, err := r.Upload(ctx, Items(ctx, items...), remoteDest, place, want)
+	if err != nil {
+		return Stats{}, fmt.Errorf("upload to %s:%s: %w", name, dst, err)
+	}
+	return cs, nil
+}
+
+// countEntries is how many archive entries Writer.Add(src, name) makes:
+// everything under src, without src itself when its contents go to the
+// archive root (name ".").
+func countEntries(src, name string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(src, func(_ string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if name == "." || name == "" {
+		n--
+	}
+	return n, nil
+}
+
+// Download copies sources in r's sandbox to the local dst with the same
+// semantics as Upload. Nothing is placed until the whole stream has been
+// checked, and only the sources asked for are placed: a stream that
+// carries anything else is refused (archive.ErrUnrequested).
+func Download(ctx context.Context, r Remote, srcs []string, dst string, limits archive.Limits) (Stats, error) {
+	if len(srcs) == 0 {
+		return Stats{}, errors.New("download: no sources")
+	}
+	name := r.Target().Name
+	kinds := make([]archive.Kind, len(srcs))
+	for i, s := range srcs {
+		k, err := r.Stat(ctx, s, false)
+		if err != nil {
+			return Stats{}, fmt.Errorf("download: stat %s:%s: %w", name, s, err)
+		}
+		if k == archive.Missing {
+			return Stats{}, fmt.Errorf("download %s:%s: %w", name, s, ErrNoSource)
+		}
+		kinds[i] = k
+	}
+	fi, statErr := os.Stat(dst)
+	dstIsDir := statErr == nil && fi.IsDir()
+	if (len(srcs) > 1 || strings.HasSuffix(dst, string(os.PathSeparator))) && !dstIsDir {
+		if !(statErr != nil && len(srcs) == 1 && kinds[0] == archive.Dir) {
+			return Stats{}, fmt.Errorf("download to %s: %w", dst, ErrNotDir)
+		}
+	}
+	var total Stats
+	for i, s := range srcs {
+		clean := path.Clean(s)
+		var dir string
+		var names []string
+		var place archive.Placement
+		switch {
+		case kinds[i] == archive.Dir && contents(s):
+			dir, names = clean, []string{"."}
+			place = archive.PlaceNew
+			if dstIsDir {
+				place = archive.PlaceInto
+			}
+		case dstIsDir:
+			dir, names = path.Dir(clean), []string{path.Base(clean)}
+			place = archive.PlaceInto
+		case kinds[i] == archive.Dir:
+			if statErr == nil {
+				return Stats{}, fmt.Errorf("download %s:%s to %s: cannot overwrite a non-directory with a directory", name, s, dst)
+			}
+			dir, names = clean, []string{"."}
+			place = archive.PlaceNew
+		default:
+			// A file to a missing path or over a file: a rename, the
+			// archive's one entry becoming dst.
+			dir, names = path.Dir(clean), []string{path.Base(clean)}
+			place = archive.PlaceAs
+		}
+		cs, err := r.Download(ctx, dir, names, dst, place, limits)
+		if err != nil {
+			return Stats{}, fmt.Errorf("download %s:%s: %w", name, s, err)
+		}
+		total.add(cs)
+	}
+	return total, nil
+}
