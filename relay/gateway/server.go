@@ -20,7 +20,9 @@ import (
 
 // Config configures a Server. Zero values take the defaults in New.
 type Config struct {
-	// Root holds one directory per sandbox and the gateway's records.
+	// Root holds one directory per sandbox (Root/<name> in the default
+	// workspace, Root/.ws/<workspace>/<name> in others) and, in
+	// Root/.gateway, the gateway's records.
 	Root string
 	// Shell runs each exec's command string. Default ["/bin/bash", "-lc"],
 	// as the real gateway's sandbox SSH server does.
@@ -142,7 +144,9 @@ func (s *Server) Register(g *grpc.Server) {
 
 // ServerOptions are the options a grpc.Server needs to behave like the
 // real gateway (its 1 MiB inbound message limit) and to receive stdin as
-// exec expects it (execcodec's payloads, which exec releases).
+// exec expects it (execcodec's payloads, which exec releases). They go
+// with Register: the codec leaves an oversized message undecoded for the
+// handlers Register wraps to refuse.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(limitCodec{}),

@@ -347,4 +347,3 @@ func TestListSandboxesLimit(t *testing.T) {
 		}
 	}
 }
-
