@@ -378,19 +378,16 @@ func levelRank(level string) int {
 // GetSandboxLogs returns a sandbox's newest log records: the last `lines`
 // buffered (default 2000), then filtered by since_ms, sources and
 // min_level. buffer_total is how many records the tail held before the
-// filters, as upstream reports it. Unlike upstream (which answers an
-// unknown id with an empty list), an unknown sandbox, or one outside the
-// named workspace, is NOT_FOUND.
+// filters, as upstream reports it. An unknown sandbox is NOT_FOUND, as
+// upstream's fetch_and_authorize_sandbox makes it; the request's workspace
+// is not looked at, as upstream (grpc/policy.rs handle_get_sandbox_logs)
+// does not look at it: the id alone names the sandbox.
 func (s *Server) GetSandboxLogs(ctx context.Context, req *openshellv1.GetSandboxLogsRequest) (*openshellv1.GetSandboxLogsResponse, error) {
 	id := req.GetSandboxId()
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "sandbox_id is required")
 	}
-	sb, ok := s.reg.lookup(id)
-	if !ok {
-		return nil, status.Error(codes.NotFound, "sandbox not found")
-	}
-	if ws := req.GetWorkspace(); ws != "" && s.reg.record(sb).GetMetadata().GetWorkspace() != ws {
+	if _, ok := s.reg.lookup(id); !ok {
 		return nil, status.Error(codes.NotFound, "sandbox not found")
 	}
 	n := int(req.GetLines())
