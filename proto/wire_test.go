@@ -40,6 +40,7 @@ var requiredRPCs = []string{
 	"ExecSandbox", "ExecSandboxInteractive",
 	"CreateSshSession", "RevokeSshSession", "ForwardTcp",
 	"GetSandboxLogs",
+	"CreateWorkspace", "GetWorkspace", "ListWorkspaces", "DeleteWorkspace",
 }
 
 func loadWire(t *testing.T) map[string]bool {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 	"github.com/ferry-dev/ferry/relay/gateway"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/sshexec/sshdtest"
@@ -281,7 +282,7 @@ func normalizeJSON(t *testing.T, out string) string {
 }
 
 func TestSandboxLifecycle(t *testing.T) {
-	activeGateway(t)
+	g := activeGateway(t)
 
 	r := runFerry(t, nil, "sandbox", "create", "alpha")
 	wantOK(t, r)
@@ -337,7 +338,10 @@ func TestSandboxLifecycle(t *testing.T) {
 		t.Errorf("list after deletes printed %q, want only gamma", got)
 	}
 
-	// A workspace is a separate namespace.
+	// A workspace is a separate namespace, once created.
+	if _, err := g.Server.CreateWorkspace(context.Background(), &openshellv1.CreateWorkspaceRequest{Name: "other"}); err != nil {
+		t.Fatal(err)
+	}
 	r = runFerry(t, nil, "--workspace", "other", "--json", "sandbox", "list")
 	wantOK(t, r)
 	if r.stdout != "[]\n" {

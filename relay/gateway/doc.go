@@ -14,6 +14,17 @@
 // Where upstream leaves processes behind (timeout, a vanished client) this
 // gateway kills the whole process group.
 //
+// Workspaces are upstream's namespaces of sandbox names (workspaces.go):
+// "default" always exists, others are made with CreateWorkspace, and a
+// request naming one that does not exist is NOT_FOUND. A sandbox of the
+// default workspace is the directory Root/<name>, one of workspace w is
+// Root/.ws/<w>/<name>; the records are under Root/.gateway. A root left
+// by a gateway before workspaces loads as it was.
+//
+// Every inbound message is held to upstream's 1 MiB, refused as upstream's
+// tonic refuses it (oversize.go), which Register and ServerOptions
+// together arrange.
+//
 // The SSH relay (CreateSshSession, RevokeSshSession, ForwardTcp) is served
 // by an SSH server inside the gateway, as the sandbox supervisor serves it:
 // auth "none" for any user, a new Ed25519 host key at every start, exec

@@ -54,6 +54,10 @@ func (s *Server) ExecSandboxInteractive(stream grpc.BidiStreamingServer[openshel
 	if errors.Is(err, io.EOF) {
 		return status.Error(codes.InvalidArgument, "first message must be start")
 	}
+	if tooLarge(err) {
+		// Upstream wraps whatever its first read fails with.
+		return status.Errorf(codes.Internal, "failed to read first message: %v", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -81,7 +85,10 @@ func (s *Server) ExecSandboxInteractive(stream grpc.BidiStreamingServer[openshel
 	go func() {
 		for {
 			in, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
+			// Upstream's stdin pump stops at the first message it cannot
+			// decode as at the end of input: the command reads EOF and
+			// goes on, and the RPC ends as the command does.
+			if errors.Is(err, io.EOF) || tooLarge(err) {
 				stdin.finish(nil)
 				return
 			}

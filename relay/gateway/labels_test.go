@@ -68,6 +68,9 @@ func TestLabelSelectors(t *testing.T) {
 			create("default", "lbl-b-s1", map[string]string{"aiq-test": "s1", "role": "secondary"})
 			create("default", "plain", nil)
 			create("default", "prefixed", map[string]string{"example.com/tier": "web", "empty": ""})
+			if _, err := c.CreateWorkspace(ctx, &openshellv1.CreateWorkspaceRequest{Name: "other"}); err != nil {
+				t.Fatalf("CreateWorkspace other: %v", err)
+			}
 			create("other", "lbl-c-s1", map[string]string{"aiq-test": "s1", "role": "primary"})
 
 			got, err := c.GetSandbox(ctx, &openshellv1.GetSandboxRequest{Name: "lbl-a-s1", Workspace: "default"})

@@ -19,7 +19,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -379,19 +378,16 @@ func levelRank(level string) int {
 // GetSandboxLogs returns a sandbox's newest log records: the last `lines`
 // buffered (default 2000), then filtered by since_ms, sources and
 // min_level. buffer_total is how many records the tail held before the
-// filters, as upstream reports it. Unlike upstream (which answers an
-// unknown id with an empty list), an unknown sandbox, or one outside the
-// named workspace, is NOT_FOUND.
+// filters, as upstream reports it. An unknown sandbox is NOT_FOUND, as
+// upstream's fetch_and_authorize_sandbox makes it; the request's workspace
+// is not looked at, as upstream (grpc/policy.rs handle_get_sandbox_logs)
+// does not look at it: the id alone names the sandbox.
 func (s *Server) GetSandboxLogs(ctx context.Context, req *openshellv1.GetSandboxLogsRequest) (*openshellv1.GetSandboxLogsResponse, error) {
 	id := req.GetSandboxId()
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "sandbox_id is required")
 	}
-	sb, ok := s.reg.lookup(id)
-	if !ok {
-		return nil, status.Error(codes.NotFound, "sandbox not found")
-	}
-	if ws := req.GetWorkspace(); ws != "" && s.reg.record(sb).GetMetadata().GetWorkspace() != ws {
+	if _, ok := s.reg.lookup(id); !ok {
 		return nil, status.Error(codes.NotFound, "sandbox not found")
 	}
 	n := int(req.GetLines())
@@ -410,85 +406,6 @@ func (s *Server) GetSandboxLogs(ctx context.Context, req *openshellv1.GetSandbox
 		}
 	}
 	return resp, nil
-}
-
-// watchWithLogs is WatchSandbox with follow_logs, in upstream's order: the
-// sandbox first (and the end there for stop_on_terminal), then the log's
-// tail (log_tail_lines, default 200, filtered), then new records and, with
-// follow_status, phase changes as they come. The stream ends when the
-// sandbox is deleted, after its last records.
-func (s *Server) watchWithLogs(req *openshellv1.WatchSandboxRequest, stream grpc.ServerStreamingServer[openshellv1.SandboxStreamEvent], sb *sandbox) error {
-	ctx := stream.Context()
-	sendLogs := func(lines []*openshellv1.SandboxLogLine, f logFilter) error {
-		for _, l := range lines {
-			if !f.match(l) {
-				continue
-			}
-			if err := stream.Send(&openshellv1.SandboxStreamEvent{Payload: &openshellv1.SandboxStreamEvent_Log{Log: l}}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	var statusChanged <-chan struct{}
-	pb := s.reg.record(sb)
-	if req.GetFollowStatus() {
-		pb, _, statusChanged = s.reg.snapshot(sb)
-	}
-	if err := stream.Send(&openshellv1.SandboxStreamEvent{Payload: &openshellv1.SandboxStreamEvent_Sandbox{Sandbox: pb}}); err != nil {
-		return err
-	}
-	last := pb.GetStatus().GetPhase()
-	if req.GetStopOnTerminal() && terminal(last) {
-		return nil
-	}
-	n := int(req.GetLogTailLines())
-	if n == 0 {
-		n = watchTailLines
-	}
-	tail, r, next, logChanged := s.logs.tail(req.GetId(), n)
-	if r == nil {
-		return nil
-	}
-	live := logFilter{sources: req.GetLogSources(), minLevel: req.GetLogMinLevel()}
-	first := live
-	first.sinceMs = req.GetLogSinceMs()
-	if err := sendLogs(tail, first); err != nil {
-		return err
-	}
-	for {
-		select {
-		case <-statusChanged:
-			var gone bool
-			pb, gone, statusChanged = s.reg.snapshot(sb)
-			if phase := pb.GetStatus().GetPhase(); phase != last {
-				if err := stream.Send(&openshellv1.SandboxStreamEvent{Payload: &openshellv1.SandboxStreamEvent_Sandbox{Sandbox: pb}}); err != nil {
-					return err
-				}
-				last = phase
-			}
-			if req.GetStopOnTerminal() && terminal(last) {
-				return nil
-			}
-			if gone {
-				// The log's own channel ends the stream once its last
-				// records are out.
-				statusChanged = nil
-			}
-		case <-logChanged:
-			var lines []*openshellv1.SandboxLogLine
-			var gone bool
-			lines, next, logChanged, gone = s.logs.after(r, next)
-			if err := sendLogs(lines, live); err != nil {
-				return err
-			}
-			if gone {
-				return nil
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }
 
 // logEvent records a lifecycle event of sandbox id.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -23,18 +22,23 @@ import (
 // DNS label in routed hostnames.
 const maxNameLen = 19
 
-var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
-
 func validName(name string) error {
-	switch {
-	case len(name) > maxNameLen:
+	if len(name) > maxNameLen {
 		return fmt.Errorf("name exceeds maximum length (%d > %d)", len(name), maxNameLen)
+	}
+	return validDNSLabel(name, "name")
+}
+
+// validDNSLabel is upstream's validate_dns1123_label, its checks in its
+// order; field names the value in the message.
+func validDNSLabel(name, field string) error {
+	switch {
+	case strings.ContainsFunc(name, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') }):
+		return fmt.Errorf("%s must contain only lowercase alphanumeric characters or hyphens", field)
 	case strings.HasPrefix(name, "-") || strings.HasSuffix(name, "-"):
-		return errors.New("name must not start or end with a hyphen")
-	case !nameRE.MatchString(name):
-		return errors.New("name must contain only lowercase alphanumeric characters or hyphens")
+		return fmt.Errorf("%s must not start or end with a hyphen", field)
 	case strings.Contains(name, "--"):
-		return errors.New("name must not contain consecutive hyphens")
+		return fmt.Errorf("%s must not contain consecutive hyphens", field)
 	}
 	return nil
 }
@@ -63,10 +67,14 @@ type registry struct {
 	mu   sync.Mutex
 	byID map[string]*sandbox
 	name map[string]*sandbox // workspace + "/" + name
+	ws   map[string]*datamodelv1.Workspace
 }
 
 func newRegistry(root string) (*registry, error) {
-	r := &registry{root: root, byID: map[string]*sandbox{}, name: map[string]*sandbox{}}
+	r := &registry{root: root, byID: map[string]*sandbox{}, name: map[string]*sandbox{}, ws: map[string]*datamodelv1.Workspace{}}
+	if err := r.loadWorkspaces(); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(r.metaDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("create gateway state dir: %w", err)
 	}
@@ -74,6 +82,7 @@ func newRegistry(root string) (*registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read gateway state dir: %w", err)
 	}
+	var recs []loaded
 	for _, e := range ents {
 		if !strings.HasSuffix(e.Name(), ".json") {
 			continue
@@ -86,9 +95,10 @@ func newRegistry(root string) (*registry, error) {
 		if err := protojson.Unmarshal(b, pb); err != nil {
 			return nil, fmt.Errorf("parse sandbox record %s: %w", e.Name(), err)
 		}
-		sb := &sandbox{pb: pb, dir: r.sandboxDir(pb.GetMetadata().GetName()), cancels: map[*execTicket]func(){}}
-		r.byID[pb.GetMetadata().GetId()] = sb
-		r.name[key(pb.GetMetadata().GetWorkspace(), pb.GetMetadata().GetName())] = sb
+		recs = append(recs, loaded{pb: pb, file: e.Name()})
+	}
+	if err := r.adoptAll(recs); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -97,20 +107,16 @@ func key(workspace, name string) string { return workspace + "/" + name }
 
 func (r *registry) metaDir() string { return filepath.Join(r.root, ".gateway") }
 
-// sandboxDir is where a sandbox lives. Names are DNS labels, so they never
-// collide with ".gateway".
-func (r *registry) sandboxDir(name string) string { return filepath.Join(r.root, name) }
-
 func (r *registry) save(sb *sandbox) error {
 	b, err := protojson.Marshal(sb.pb)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(r.metaDir(), sb.pb.GetMetadata().GetName()+".json.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	path := r.recordPath(sb.pb)
+	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
 		return fmt.Errorf("write sandbox record: %w", err)
 	}
-	return os.Rename(tmp, filepath.Join(r.metaDir(), sb.pb.GetMetadata().GetName()+".json"))
+	return os.Rename(path+".tmp", path)
 }
 
 var errExists = errors.New("sandbox already exists")
@@ -119,33 +125,23 @@ var errExists = errors.New("sandbox already exists")
 func (r *registry) create(req *openshellv1.CreateSandboxRequest) (*openshellv1.Sandbox, error) {
 	ws := workspaceOf(req.GetWorkspace())
 	name := req.GetName()
+	// Upstream's order: the request's fields, then the workspace, then a
+	// generated name, and only then anything that exists.
+	if err := validCreate(req); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.activeWorkspace(ws); err != nil {
+		return nil, err
+	}
 	if name == "" {
-		for {
-			name = "sandbox-" + randHex(4)
-			if _, ok := r.name[key(ws, name)]; !ok {
-				break
-			}
-		}
-	}
-	if err := validName(name); err != nil {
-		return nil, err
-	}
-	// After the name and before anything exists, as upstream orders it.
-	if err := validLabels(req.GetLabels()); err != nil {
-		return nil, err
+		name = r.freeName(ws)
 	}
 	if _, ok := r.name[key(ws, name)]; ok {
 		return nil, errExists
 	}
-	for _, other := range r.byID {
-		// One directory per name, whatever the workspace.
-		if other.pb.GetMetadata().GetName() == name {
-			return nil, errExists
-		}
-	}
-	dir := r.sandboxDir(name)
+	dir := r.sandboxDir(ws, name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create sandbox dir: %w", err)
 	}
@@ -242,7 +238,7 @@ func (r *registry) list(workspace string, all bool, want map[string]string) []*o
 			out = append(out, proto.Clone(sb.pb).(*openshellv1.Sandbox))
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].GetMetadata().GetName() < out[j].GetMetadata().GetName() })
+	sort.Slice(out, func(i, j int) bool { return listsBefore(out[i].GetMetadata(), out[j].GetMetadata()) })
 	return out
 }
 
@@ -299,7 +295,7 @@ waitExecs:
 		}
 	}
 	err := os.RemoveAll(sb.dir)
-	if rerr := os.Remove(filepath.Join(r.metaDir(), name+".json")); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+	if rerr := os.Remove(r.recordPath(sb.pb)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
 		err = rerr
 	}
 	if err != nil {
@@ -313,12 +309,6 @@ func workspaceOf(ws string) string {
 		return "default"
 	}
 	return ws
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // uuid returns a random (version 4) UUID, the form upstream gives ids.

@@ -16,12 +16,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
-	"github.com/ferry-dev/ferry/relay/internal/execcodec"
 )
 
 // Config configures a Server. Zero values take the defaults in New.
 type Config struct {
-	// Root holds one directory per sandbox and the gateway's records.
+	// Root holds one directory per sandbox (Root/<name> in the default
+	// workspace, Root/.ws/<workspace>/<name> in others) and, in
+	// Root/.gateway, the gateway's records.
 	Root string
 	// Shell runs each exec's command string. Default ["/bin/bash", "-lc"],
 	// as the real gateway's sandbox SSH server does.
@@ -137,15 +138,19 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Register adds the service to g.
-func (s *Server) Register(g *grpc.Server) { openshellv1.RegisterOpenShellServer(g, s) }
+func (s *Server) Register(g *grpc.Server) {
+	g.RegisterService(withTonicLimits(&openshellv1.OpenShell_ServiceDesc), s)
+}
 
 // ServerOptions are the options a grpc.Server needs to behave like the
 // real gateway (its 1 MiB inbound message limit) and to receive stdin as
-// exec expects it (execcodec's payloads, which exec releases).
+// exec expects it (execcodec's payloads, which exec releases). They go
+// with Register: the codec leaves an oversized message undecoded for the
+// handlers Register wraps to refuse.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		execcodec.ServerOption(),
-		grpc.MaxRecvMsgSize(maxMessage),
+		grpc.ForceServerCodecV2(limitCodec{}),
+		grpc.MaxRecvMsgSize(decodeBuffer),
 		grpc.InitialWindowSize(windowSize),
 		grpc.InitialConnWindowSize(windowSize),
 		grpc.WriteBufferSize(ioBuffer),
@@ -191,6 +196,9 @@ func (s *Server) CreateSandbox(ctx context.Context, req *openshellv1.CreateSandb
 	switch {
 	case errors.Is(err, errExists):
 		return nil, status.Errorf(codes.AlreadyExists, "sandbox %q already exists", req.GetName())
+	case err != nil && status.Code(err) != codes.Unknown:
+		// The workspace's refusal, with its own code.
+		return nil, err
 	case err != nil:
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -217,6 +225,9 @@ func (s *Server) GetSandbox(ctx context.Context, req *openshellv1.GetSandboxRequ
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name is required")
 	}
+	if _, err := s.reg.resolveWorkspace(req.GetWorkspace()); err != nil {
+		return nil, err
+	}
 	sb, ok := s.reg.get(req.GetWorkspace(), req.GetName())
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "sandbox not found")
@@ -225,26 +236,29 @@ func (s *Server) GetSandbox(ctx context.Context, req *openshellv1.GetSandboxRequ
 }
 
 func (s *Server) ListSandboxes(ctx context.Context, req *openshellv1.ListSandboxesRequest) (*openshellv1.ListSandboxesResponse, error) {
+	if req.GetAllWorkspaces() && req.GetWorkspace() != "" {
+		return nil, status.Error(codes.InvalidArgument, "all_workspaces and workspace are mutually exclusive")
+	}
+	if !req.GetAllWorkspaces() {
+		if _, err := s.reg.resolveWorkspace(req.GetWorkspace()); err != nil {
+			return nil, err
+		}
+	}
 	want, err := parseSelector(req.GetLabelSelector())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	// Filtered before the page is cut, as upstream does.
 	all := s.reg.list(req.GetWorkspace(), req.GetAllWorkspaces(), want)
-	off := int(req.GetOffset())
-	if off > len(all) {
-		off = len(all)
-	}
-	all = all[off:]
-	if lim := int(req.GetLimit()); lim > 0 && lim < len(all) {
-		all = all[:lim]
-	}
-	return &openshellv1.ListSandboxesResponse{Sandboxes: all}, nil
+	return &openshellv1.ListSandboxesResponse{Sandboxes: page(all, req.GetOffset(), req.GetLimit())}, nil
 }
 
 func (s *Server) DeleteSandbox(ctx context.Context, req *openshellv1.DeleteSandboxRequest) (*openshellv1.DeleteSandboxResponse, error) {
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name is required")
+	}
+	if _, err := s.reg.resolveWorkspace(req.GetWorkspace()); err != nil {
+		return nil, err
 	}
 	sb, ok := s.reg.get(req.GetWorkspace(), req.GetName())
 	if ok {
@@ -268,45 +282,4 @@ func (s *Server) DeleteSandbox(ctx context.Context, req *openshellv1.DeleteSandb
 	}
 	s.cfg.Logger.Info("sandbox deleted", "name", req.GetName())
 	return &openshellv1.DeleteSandboxResponse{Deleted: true}, nil
-}
-
-func (s *Server) WatchSandbox(req *openshellv1.WatchSandboxRequest, stream grpc.ServerStreamingServer[openshellv1.SandboxStreamEvent]) error {
-	if req.GetId() == "" {
-		return status.Error(codes.InvalidArgument, "id is required")
-	}
-	sb, ok := s.reg.lookup(req.GetId())
-	if !ok {
-		return status.Errorf(codes.NotFound, "sandbox not found")
-	}
-	if req.GetFollowLogs() {
-		return s.watchWithLogs(req, stream, sb)
-	}
-	var last openshellv1.SandboxPhase = -1
-	for {
-		pb, gone, changed := s.reg.snapshot(sb)
-		phase := pb.GetStatus().GetPhase()
-		if phase != last {
-			if err := stream.Send(&openshellv1.SandboxStreamEvent{Payload: &openshellv1.SandboxStreamEvent_Sandbox{Sandbox: pb}}); err != nil {
-				return err
-			}
-			last = phase
-		}
-		if gone || !req.GetFollowStatus() || (req.GetStopOnTerminal() && terminal(phase)) {
-			return nil
-		}
-		select {
-		case <-changed:
-		case <-stream.Context().Done():
-			return stream.Context().Err()
-		}
-	}
-}
-
-func terminal(p openshellv1.SandboxPhase) bool {
-	switch p {
-	case openshellv1.SandboxPhase_SANDBOX_PHASE_READY, openshellv1.SandboxPhase_SANDBOX_PHASE_ERROR,
-		openshellv1.SandboxPhase_SANDBOX_PHASE_DELETING, openshellv1.SandboxPhase_SANDBOX_PHASE_STOPPED:
-		return true
-	}
-	return false
 }

@@ -63,6 +63,11 @@ func (c *Client) Create(ctx context.Context, req *openshellv1.CreateSandboxReque
 	if req.Workspace == "" {
 		req.Workspace = c.cfg.Workspace
 	}
+	if req.Spec == nil {
+		// A real gateway refuses a create without a spec ("spec is
+		// required"); an empty one takes its defaults.
+		req.Spec = &openshellv1.SandboxSpec{}
+	}
 	resp, err := c.api.CreateSandbox(ctx, req)
 	if err != nil {
 		return nil, c.lifecycleError("create sandbox "+req.GetName(), err)

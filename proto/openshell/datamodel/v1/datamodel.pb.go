@@ -27,6 +27,57 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// WorkspacePhase is where a workspace is in its life: a TERMINATING one
+// takes no new sandboxes and is gone once its last one is.
+type WorkspacePhase int32
+
+const (
+	WorkspacePhase_WORKSPACE_PHASE_UNSPECIFIED WorkspacePhase = 0
+	WorkspacePhase_WORKSPACE_PHASE_ACTIVE      WorkspacePhase = 1
+	WorkspacePhase_WORKSPACE_PHASE_TERMINATING WorkspacePhase = 2
+)
+
+// Enum value maps for WorkspacePhase.
+var (
+	WorkspacePhase_name = map[int32]string{
+		0: "WORKSPACE_PHASE_UNSPECIFIED",
+		1: "WORKSPACE_PHASE_ACTIVE",
+		2: "WORKSPACE_PHASE_TERMINATING",
+	}
+	WorkspacePhase_value = map[string]int32{
+		"WORKSPACE_PHASE_UNSPECIFIED": 0,
+		"WORKSPACE_PHASE_ACTIVE":      1,
+		"WORKSPACE_PHASE_TERMINATING": 2,
+	}
+)
+
+func (x WorkspacePhase) Enum() *WorkspacePhase {
+	p := new(WorkspacePhase)
+	*p = x
+	return p
+}
+
+func (x WorkspacePhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WorkspacePhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_openshell_datamodel_v1_datamodel_proto_enumTypes[0].Descriptor()
+}
+
+func (WorkspacePhase) Type() protoreflect.EnumType {
+	return &file_openshell_datamodel_v1_datamodel_proto_enumTypes[0]
+}
+
+func (x WorkspacePhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WorkspacePhase.Descriptor instead.
+func (WorkspacePhase) EnumDescriptor() ([]byte, []int) {
+	return file_openshell_datamodel_v1_datamodel_proto_rawDescGZIP(), []int{0}
+}
+
 // ObjectMeta identifies a stored gateway object. Requests address sandboxes
 // by name, but exec and SSH calls need the id, so ferry reads both from here.
 type ObjectMeta struct {
@@ -134,6 +185,104 @@ func (x *ObjectMeta) GetDeletionTimestampMs() int64 {
 	return 0
 }
 
+type WorkspaceStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Phase         WorkspacePhase         `protobuf:"varint,1,opt,name=phase,proto3,enum=openshell.datamodel.v1.WorkspacePhase" json:"phase,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkspaceStatus) Reset() {
+	*x = WorkspaceStatus{}
+	mi := &file_openshell_datamodel_v1_datamodel_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkspaceStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkspaceStatus) ProtoMessage() {}
+
+func (x *WorkspaceStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_openshell_datamodel_v1_datamodel_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkspaceStatus.ProtoReflect.Descriptor instead.
+func (*WorkspaceStatus) Descriptor() ([]byte, []int) {
+	return file_openshell_datamodel_v1_datamodel_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WorkspaceStatus) GetPhase() WorkspacePhase {
+	if x != nil {
+		return x.Phase
+	}
+	return WorkspacePhase_WORKSPACE_PHASE_UNSPECIFIED
+}
+
+// Workspace is a namespace of sandbox names. Its metadata's own workspace
+// field is unused.
+type Workspace struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Metadata      *ObjectMeta            `protobuf:"bytes,1,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Status        *WorkspaceStatus       `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Workspace) Reset() {
+	*x = Workspace{}
+	mi := &file_openshell_datamodel_v1_datamodel_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Workspace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Workspace) ProtoMessage() {}
+
+func (x *Workspace) ProtoReflect() protoreflect.Message {
+	mi := &file_openshell_datamodel_v1_datamodel_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Workspace.ProtoReflect.Descriptor instead.
+func (*Workspace) Descriptor() ([]byte, []int) {
+	return file_openshell_datamodel_v1_datamodel_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Workspace) GetMetadata() *ObjectMeta {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *Workspace) GetStatus() *WorkspaceStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
 var File_openshell_datamodel_v1_datamodel_proto protoreflect.FileDescriptor
 
 const file_openshell_datamodel_v1_datamodel_proto_rawDesc = "" +
@@ -154,7 +303,16 @@ const file_openshell_datamodel_v1_datamodel_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a>\n" +
 	"\x10AnnotationsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01BEZCgithub.com/ferry-dev/ferry/proto/openshell/datamodel/v1;datamodelv1b\x06proto3"
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"O\n" +
+	"\x0fWorkspaceStatus\x12<\n" +
+	"\x05phase\x18\x01 \x01(\x0e2&.openshell.datamodel.v1.WorkspacePhaseR\x05phase\"\x8c\x01\n" +
+	"\tWorkspace\x12>\n" +
+	"\bmetadata\x18\x01 \x01(\v2\".openshell.datamodel.v1.ObjectMetaR\bmetadata\x12?\n" +
+	"\x06status\x18\x02 \x01(\v2'.openshell.datamodel.v1.WorkspaceStatusR\x06status*n\n" +
+	"\x0eWorkspacePhase\x12\x1f\n" +
+	"\x1bWORKSPACE_PHASE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16WORKSPACE_PHASE_ACTIVE\x10\x01\x12\x1f\n" +
+	"\x1bWORKSPACE_PHASE_TERMINATING\x10\x02BEZCgithub.com/ferry-dev/ferry/proto/openshell/datamodel/v1;datamodelv1b\x06proto3"
 
 var (
 	file_openshell_datamodel_v1_datamodel_proto_rawDescOnce sync.Once
@@ -168,20 +326,27 @@ func file_openshell_datamodel_v1_datamodel_proto_rawDescGZIP() []byte {
 	return file_openshell_datamodel_v1_datamodel_proto_rawDescData
 }
 
-var file_openshell_datamodel_v1_datamodel_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_openshell_datamodel_v1_datamodel_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_openshell_datamodel_v1_datamodel_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_openshell_datamodel_v1_datamodel_proto_goTypes = []any{
-	(*ObjectMeta)(nil), // 0: openshell.datamodel.v1.ObjectMeta
-	nil,                // 1: openshell.datamodel.v1.ObjectMeta.LabelsEntry
-	nil,                // 2: openshell.datamodel.v1.ObjectMeta.AnnotationsEntry
+	(WorkspacePhase)(0),     // 0: openshell.datamodel.v1.WorkspacePhase
+	(*ObjectMeta)(nil),      // 1: openshell.datamodel.v1.ObjectMeta
+	(*WorkspaceStatus)(nil), // 2: openshell.datamodel.v1.WorkspaceStatus
+	(*Workspace)(nil),       // 3: openshell.datamodel.v1.Workspace
+	nil,                     // 4: openshell.datamodel.v1.ObjectMeta.LabelsEntry
+	nil,                     // 5: openshell.datamodel.v1.ObjectMeta.AnnotationsEntry
 }
 var file_openshell_datamodel_v1_datamodel_proto_depIdxs = []int32{
-	1, // 0: openshell.datamodel.v1.ObjectMeta.labels:type_name -> openshell.datamodel.v1.ObjectMeta.LabelsEntry
-	2, // 1: openshell.datamodel.v1.ObjectMeta.annotations:type_name -> openshell.datamodel.v1.ObjectMeta.AnnotationsEntry
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	4, // 0: openshell.datamodel.v1.ObjectMeta.labels:type_name -> openshell.datamodel.v1.ObjectMeta.LabelsEntry
+	5, // 1: openshell.datamodel.v1.ObjectMeta.annotations:type_name -> openshell.datamodel.v1.ObjectMeta.AnnotationsEntry
+	0, // 2: openshell.datamodel.v1.WorkspaceStatus.phase:type_name -> openshell.datamodel.v1.WorkspacePhase
+	1, // 3: openshell.datamodel.v1.Workspace.metadata:type_name -> openshell.datamodel.v1.ObjectMeta
+	2, // 4: openshell.datamodel.v1.Workspace.status:type_name -> openshell.datamodel.v1.WorkspaceStatus
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_openshell_datamodel_v1_datamodel_proto_init() }
@@ -194,13 +359,14 @@ func file_openshell_datamodel_v1_datamodel_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_openshell_datamodel_v1_datamodel_proto_rawDesc), len(file_openshell_datamodel_v1_datamodel_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   3,
+			NumEnums:      1,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_openshell_datamodel_v1_datamodel_proto_goTypes,
 		DependencyIndexes: file_openshell_datamodel_v1_datamodel_proto_depIdxs,
+		EnumInfos:         file_openshell_datamodel_v1_datamodel_proto_enumTypes,
 		MessageInfos:      file_openshell_datamodel_v1_datamodel_proto_msgTypes,
 	}.Build()
 	File_openshell_datamodel_v1_datamodel_proto = out.File
