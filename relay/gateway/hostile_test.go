@@ -36,7 +36,7 @@ func newBox(t testing.TB, opts gatewaytest.Options, name string) *boxFixture {
 	t.Helper()
 	g := gatewaytest.Start(t, opts)
 	c, _ := rawClient(t, g)
-	sb := createReady(t, c, &openshellv1.CreateSandboxRequest{Name: name})
+	sb := createReady(t, c, &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: name})
 	return &boxFixture{g: g, c: c, id: sb.GetMetadata().GetId()}
 }
 
@@ -239,27 +239,27 @@ func TestHostileSandboxRequests(t *testing.T) {
 			return err
 		}, codes.NotFound, "sandbox not found"},
 		{"CreateUppercase", func() error {
-			_, err := b.c.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Name: "Box"})
+			_, err := b.c.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "Box"})
 			return err
 		}, codes.InvalidArgument, "lowercase alphanumeric characters or hyphens"},
 		{"CreateDoubleHyphen", func() error {
-			_, err := b.c.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Name: "a--b"})
+			_, err := b.c.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "a--b"})
 			return err
 		}, codes.InvalidArgument, "consecutive hyphens"},
 		{"CreateLeadingHyphen", func() error {
-			_, err := b.c.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Name: "-a"})
+			_, err := b.c.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "-a"})
 			return err
 		}, codes.InvalidArgument, "must not start or end with a hyphen"},
 		{"CreateTooLong", func() error {
-			_, err := b.c.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Name: strings.Repeat("a", 20)})
+			_, err := b.c.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: strings.Repeat("a", 20)})
 			return err
 		}, codes.InvalidArgument, "name exceeds maximum length (20 > 19)"},
 		{"CreatePathEscape", func() error {
-			_, err := b.c.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Name: "../x"})
+			_, err := b.c.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "../x"})
 			return err
 		}, codes.InvalidArgument, "lowercase alphanumeric characters or hyphens"},
 		{"CreateDuplicate", func() error {
-			_, err := b.c.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Name: "box"})
+			_, err := b.c.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "box"})
 			return err
 		}, codes.AlreadyExists, `sandbox "box" already exists`},
 	} {
@@ -293,7 +293,7 @@ func TestHostileNotReady(t *testing.T) {
 	g := gatewaytest.Start(t, gatewaytest.Options{Config: gateway.Config{ReadyDelay: 10 * time.Second}})
 	c, _ := rawClient(t, g)
 	ctx := ctxFor(t)
-	resp, err := c.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Name: "slow"})
+	resp, err := c.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "slow"})
 	if err != nil {
 		t.Fatal(err)
 	}

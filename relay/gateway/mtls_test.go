@@ -284,7 +284,7 @@ func TestRawClientLifecycle(t *testing.T) {
 		t.Fatalf("Health = %v, want HEALTHY with a version", h)
 	}
 
-	sb := createReady(t, c, &openshellv1.CreateSandboxRequest{Name: "raw", Labels: map[string]string{"team": "ferry"}})
+	sb := createReady(t, c, &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "raw", Labels: map[string]string{"team": "ferry"}})
 	id := sb.GetMetadata().GetId()
 	if sb.GetMetadata().GetName() != "raw" || sb.GetMetadata().GetWorkspace() != "default" {
 		t.Fatalf("watched sandbox metadata = %v, want name raw in workspace default", sb.GetMetadata())
@@ -394,7 +394,7 @@ func TestMTLSRefusesStrangers(t *testing.T) {
 			}
 			c, _ := dial(t, g.Addr, creds)
 			ctx := ctxFor(t)
-			_, err := c.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Name: "intruder"})
+			_, err := c.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "intruder"})
 			// The handshake fails on the connection, so grpc reports
 			// UNAVAILABLE with whatever the transport saw first (the alert,
 			// a broken pipe, EOF): only the code is stable.

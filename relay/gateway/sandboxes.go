@@ -15,7 +15,8 @@ import (
 
 	datamodelv1 "github.com/ferry-dev/ferry/proto/openshell/datamodel/v1"
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
-	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -45,7 +46,7 @@ type sandbox struct {
 	dir     string
 	watch   []chan struct{} // closed on every change
 	gone    bool            // deleted; pb holds its last state
-	cancels map[*execTicket]func()
+	cancels map[*execTicket]func(cause error)
 }
 
 // execTicket is one running exec; done is closed once it has ended.
@@ -70,23 +71,12 @@ func newRegistry(root string) (*registry, error) {
 	if err := os.MkdirAll(r.metaDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("create gateway state dir: %w", err)
 	}
-	ents, err := os.ReadDir(r.metaDir())
+	pbs, err := r.loadRecords()
 	if err != nil {
-		return nil, fmt.Errorf("read gateway state dir: %w", err)
+		return nil, err
 	}
-	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), ".json") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(r.metaDir(), e.Name()))
-		if err != nil {
-			return nil, fmt.Errorf("read sandbox record: %w", err)
-		}
-		pb := &openshellv1.Sandbox{}
-		if err := protojson.Unmarshal(b, pb); err != nil {
-			return nil, fmt.Errorf("parse sandbox record %s: %w", e.Name(), err)
-		}
-		sb := &sandbox{pb: pb, dir: r.sandboxDir(pb.GetMetadata().GetName()), cancels: map[*execTicket]func(){}}
+	for _, pb := range pbs {
+		sb := &sandbox{pb: pb, dir: r.sandboxDir(pb.GetMetadata().GetName()), cancels: map[*execTicket]func(error){}}
 		r.byID[pb.GetMetadata().GetId()] = sb
 		r.name[key(pb.GetMetadata().GetWorkspace(), pb.GetMetadata().GetName())] = sb
 	}
@@ -100,18 +90,6 @@ func (r *registry) metaDir() string { return filepath.Join(r.root, ".gateway") }
 // sandboxDir is where a sandbox lives. Names are DNS labels, so they never
 // collide with ".gateway".
 func (r *registry) sandboxDir(name string) string { return filepath.Join(r.root, name) }
-
-func (r *registry) save(sb *sandbox) error {
-	b, err := protojson.Marshal(sb.pb)
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(r.metaDir(), sb.pb.GetMetadata().GetName()+".json.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("write sandbox record: %w", err)
-	}
-	return os.Rename(tmp, filepath.Join(r.metaDir(), sb.pb.GetMetadata().GetName()+".json"))
-}
 
 var errExists = errors.New("sandbox already exists")
 
@@ -132,8 +110,14 @@ func (r *registry) create(req *openshellv1.CreateSandboxRequest) (*openshellv1.S
 	if err := validName(name); err != nil {
 		return nil, err
 	}
+	if err := checkSpec(req.GetSpec()); err != nil {
+		return nil, err
+	}
 	// After the name and before anything exists, as upstream orders it.
 	if err := validLabels(req.GetLabels()); err != nil {
+		return nil, err
+	}
+	if err := checkPolicy(req.GetSpec().GetPolicy()); err != nil {
 		return nil, err
 	}
 	if _, ok := r.name[key(ws, name)]; ok {
@@ -162,7 +146,7 @@ func (r *registry) create(req *openshellv1.CreateSandboxRequest) (*openshellv1.S
 		Spec:   req.GetSpec(),
 		Status: &openshellv1.SandboxStatus{SandboxName: name, Phase: openshellv1.SandboxPhase_SANDBOX_PHASE_PROVISIONING},
 	}
-	sb := &sandbox{pb: pb, dir: dir, cancels: map[*execTicket]func(){}}
+	sb := &sandbox{pb: pb, dir: dir, cancels: map[*execTicket]func(error){}}
 	if err := r.save(sb); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -246,13 +230,18 @@ func (r *registry) list(workspace string, all bool, want map[string]string) []*o
 	return out
 }
 
-// track registers a running exec so that deleting its sandbox stops it.
-func (r *registry) track(id string, cancel func()) (untrack func(), ok bool) {
+// track registers a running exec so that deleting or stopping its sandbox
+// stops it, with that as cause. It refuses a sandbox that is not READY:
+// admit saw it READY, but a stop may have come since.
+func (r *registry) track(id string, cancel func(cause error)) (untrack func(), err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sb, ok := r.byID[id]
 	if !ok {
-		return nil, false
+		return nil, status.Error(codes.NotFound, "sandbox not found")
+	}
+	if sb.pb.GetStatus().GetPhase() != openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
+		return nil, status.Error(codes.FailedPrecondition, "sandbox is not ready")
 	}
 	t := &execTicket{done: make(chan struct{})}
 	sb.cancels[t] = cancel
@@ -261,7 +250,7 @@ func (r *registry) track(id string, cancel func()) (untrack func(), ok bool) {
 		delete(sb.cancels, t)
 		r.mu.Unlock()
 		close(t.done)
-	}, true
+	}, nil
 }
 
 // remove marks a sandbox DELETING, stops its execs, and deletes its
@@ -277,7 +266,7 @@ func (r *registry) remove(workspace, name string) (bool, error) {
 	sb.pb.Metadata.DeletionTimestampMs = time.Now().UnixMilli()
 	var running []*execTicket
 	for t, cancel := range sb.cancels {
-		cancel()
+		cancel(errDeleted)
 		running = append(running, t)
 	}
 	sb.gone = true
@@ -299,7 +288,7 @@ waitExecs:
 		}
 	}
 	err := os.RemoveAll(sb.dir)
-	if rerr := os.Remove(filepath.Join(r.metaDir(), name+".json")); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+	if rerr := r.removeRecord(name); rerr != nil && err == nil {
 		err = rerr
 	}
 	if err != nil {

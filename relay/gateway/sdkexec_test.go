@@ -75,7 +75,7 @@ func TestSDKExecRequests(t *testing.T) {
 			} else {
 				c, _ = rawClient(t, g)
 			}
-			id := createReady(t, c, &openshellv1.CreateSandboxRequest{Name: "box"}).GetMetadata().GetId()
+			id := createReady(t, c, &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "box"}).GetMetadata().GetId()
 			for _, rpc := range execRPCs {
 				t.Run(rpc.name+"/MultiLineScript", func(t *testing.T) {
 					// SandboxClient.exec(id, ["sh", "-c", script]): the SDK

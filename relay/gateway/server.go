@@ -74,6 +74,7 @@ type Server struct {
 	closed bool
 
 	ssh sshRelay // CreateSshSession tokens and ForwardTcp's SSH server
+	life sync.Mutex // held by StopSandbox and StartSandbox (lifecycle.go)
 }
 
 var _ openshellv1.OpenShellServer = (*Server)(nil)
@@ -133,6 +134,7 @@ func New(cfg Config) (*Server, error) {
 			reg.setPhase(sb.GetMetadata().GetId(), openshellv1.SandboxPhase_SANDBOX_PHASE_READY)
 		}
 	}
+	s.recoverLifecycle()
 	return s, nil
 }
 
@@ -187,6 +189,9 @@ func (s *Server) GetGatewayInfo(context.Context, *openshellv1.GetGatewayInfoRequ
 }
 
 func (s *Server) CreateSandbox(ctx context.Context, req *openshellv1.CreateSandboxRequest) (*openshellv1.SandboxResponse, error) {
+	if req.GetSpec() == nil {
+		return nil, status.Error(codes.InvalidArgument, "spec is required")
+	}
 	sb, err := s.reg.create(req)
 	switch {
 	case errors.Is(err, errExists):

@@ -140,7 +140,7 @@ func run(t testing.TB, c *ssh.Client, script string) (stdout, stderr string, err
 func TestSSHCreateSession(t *testing.T) {
 	g := gatewaytest.Start(t, gatewaytest.Options{Config: gateway.Config{ReadyDelay: 10 * time.Second}})
 	c, _ := rawClient(t, g)
-	slow, err := c.CreateSandbox(ctxFor(t), &openshellv1.CreateSandboxRequest{Name: "slow"})
+	slow, err := c.CreateSandbox(ctxFor(t), &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "slow"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,10 +192,10 @@ func TestSSHCreateSession(t *testing.T) {
 // each before its headers (trailers only), so no SSH byte flows.
 func TestSSHForwardRefusals(t *testing.T) {
 	f := newRelay(t, gateway.Config{})
-	other := createReady(t, f.c, &openshellv1.CreateSandboxRequest{Name: "other"}).GetMetadata().GetId()
+	other := createReady(t, f.c, &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "other"}).GetMetadata().GetId()
 	slow := gatewaytest.Start(t, gatewaytest.Options{Config: gateway.Config{ReadyDelay: 10 * time.Second}})
 	sc, _ := rawClient(t, slow)
-	slowBox, err := sc.CreateSandbox(ctxFor(t), &openshellv1.CreateSandboxRequest{Name: "slow"})
+	slowBox, err := sc.CreateSandbox(ctxFor(t), &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "slow"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestSSHForwardRefusals(t *testing.T) {
 	if r, err := f.c.RevokeSshSession(ctxFor(t), &openshellv1.RevokeSshSessionRequest{Token: revoked}); err != nil || !r.GetRevoked() {
 		t.Fatalf("RevokeSshSession = %v, %v; want revoked", r, err)
 	}
-	doomed := createReady(t, f.c, &openshellv1.CreateSandboxRequest{Name: "doomed"}).GetMetadata().GetId()
+	doomed := createReady(t, f.c, &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "doomed"}).GetMetadata().GetId()
 	doomedToken := token(t, f.c, doomed)
 	if _, err := f.c.DeleteSandbox(ctxFor(t), &openshellv1.DeleteSandboxRequest{Name: "doomed"}); err != nil {
 		t.Fatal(err)
@@ -283,7 +283,7 @@ func TestSSHServiceIDOptional(t *testing.T) {
 // its place.
 func TestSSHConnectionLimits(t *testing.T) {
 	f := newRelay(t, gateway.Config{})
-	other := createReady(t, f.c, &openshellv1.CreateSandboxRequest{Name: "other"}).GetMetadata().GetId()
+	other := createReady(t, f.c, &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "other"}).GetMetadata().GetId()
 	open := func(t *testing.T, id, tok string) (context.CancelFunc, error) {
 		t.Helper()
 		ctx, cancel := context.WithCancel(context.Background())

@@ -63,6 +63,11 @@ func (c *Client) Create(ctx context.Context, req *openshellv1.CreateSandboxReque
 	if req.Workspace == "" {
 		req.Workspace = c.cfg.Workspace
 	}
+	// The gateway refuses a request without a spec; an empty one takes
+	// its defaults.
+	if req.Spec == nil {
+		req.Spec = &openshellv1.SandboxSpec{}
+	}
 	resp, err := c.api.CreateSandbox(ctx, req)
 	if err != nil {
 		return nil, c.lifecycleError("create sandbox "+req.GetName(), err)
