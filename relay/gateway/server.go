@@ -73,7 +73,7 @@ type Server struct {
 	timers map[string]*time.Timer
 	closed bool
 
-	ssh sshRelay // CreateSshSession tokens and ForwardTcp's SSH server
+	ssh  sshRelay   // CreateSshSession tokens and ForwardTcp's SSH server
 	life sync.Mutex // held by StopSandbox and StartSandbox (lifecycle.go)
 }
 
