@@ -101,10 +101,16 @@ func (s *Server) StartSandbox(ctx context.Context, req *openshellv1.StartSandbox
 
 // finishStart makes a STARTING sandbox READY.
 func (s *Server) finishStart(id string) {
-	if !s.reg.readyIfStarting(id, func() { s.logEvent(id, "sandbox ready", nil) }) {
+	sb, ok := s.reg.lookup(id)
+	if !ok || s.reg.record(sb).GetStatus().GetPhase() != openshellv1.SandboxPhase_SANDBOX_PHASE_STARTING {
 		return
 	}
-	s.cfg.Logger.Info("sandbox started", "id", id)
+	// The record first, outside the registry's lock (the log book takes
+	// it): whoever sees the sandbox READY finds the event in its log.
+	s.logEvent(id, "sandbox ready", nil)
+	if s.reg.readyIfStarting(id) {
+		s.cfg.Logger.Info("sandbox started", "id", id)
+	}
 }
 
 // recoverLifecycle finishes what a previous run left half done, as
@@ -219,17 +225,15 @@ func (r *registry) beginStart(workspace, name string) (pb *openshellv1.Sandbox, 
 	return proto.Clone(sb.pb).(*openshellv1.Sandbox), false, nil
 }
 
-// readyIfStarting makes a STARTING sandbox READY, calling before first so
-// that whoever sees it READY finds the event in its log. It reports
-// whether it did.
-func (r *registry) readyIfStarting(id string, before func()) bool {
+// readyIfStarting makes a STARTING sandbox READY and reports whether it
+// did.
+func (r *registry) readyIfStarting(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sb, ok := r.byID[id]
 	if !ok || sb.pb.GetStatus().GetPhase() != openshellv1.SandboxPhase_SANDBOX_PHASE_STARTING {
 		return false
 	}
-	before()
 	prev := proto.Clone(sb.pb).(*openshellv1.Sandbox)
 	sb.pb.Status.Phase = openshellv1.SandboxPhase_SANDBOX_PHASE_READY
 	// The gateway reports no driver conditions for a READY sandbox; the
