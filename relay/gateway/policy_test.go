@@ -152,8 +152,8 @@ func fullPolicy(t testing.TB) *sandboxv1.SandboxPolicy {
 			Name: "github",
 			Endpoints: []*sandboxv1.NetworkEndpoint{{
 				Host: "api.github.com", Port: 443, Protocol: "rest", Tls: "terminate", Enforcement: "enforce", Access: "read-write",
-				Rules:     []*sandboxv1.L7Rule{{Allow: &sandboxv1.L7Allow{Method: "GET", Path: "/repos/**", Query: map[string]*sandboxv1.L7QueryMatcher{"page": {Glob: "*"}}}}},
-				DenyRules: []*sandboxv1.L7DenyRule{{Method: "DELETE", Path: "/**", Params: map[string]*sandboxv1.L7QueryMatcher{"x": {Any: []string{"a", "b"}}}}},
+				Rules:                   []*sandboxv1.L7Rule{{Allow: &sandboxv1.L7Allow{Method: "GET", Path: "/repos/**", Query: map[string]*sandboxv1.L7QueryMatcher{"page": {Glob: "*"}}}}},
+				DenyRules:               []*sandboxv1.L7DenyRule{{Method: "DELETE", Path: "/**", Params: map[string]*sandboxv1.L7QueryMatcher{"x": {Any: []string{"a", "b"}}}}},
 				GraphqlPersistedQueries: map[string]*sandboxv1.GraphqlOperation{"h": {OperationType: "query", OperationName: "Q", Fields: []string{"f"}}},
 				Mcp:                     &sandboxv1.McpOptions{StrictToolNames: &strict},
 				CredentialBinding:       &sandboxv1.NetworkCredentialBinding{Provider: "gh"},
