@@ -123,6 +123,28 @@ func (c *Client) Delete(ctx context.Context, name string) error {
 	return nil
 }
 
+// Stop stops the sandbox called name: every process in it ends, its files
+// stay. It returns the STOPPED sandbox; stopping a stopped one is not an
+// error. A sandbox that is not READY is an error wrapping relay.ErrNotReady.
+func (c *Client) Stop(ctx context.Context, name string) (*openshellv1.Sandbox, error) {
+	resp, err := c.api.StopSandbox(ctx, &openshellv1.StopSandboxRequest{Name: name, Workspace: c.cfg.Workspace})
+	if err != nil {
+		return nil, c.lifecycleError("stop sandbox "+name, err)
+	}
+	return resp.GetSandbox(), nil
+}
+
+// Start starts the stopped sandbox called name and waits until it is
+// READY. Starting a READY sandbox is not an error; one in another phase is
+// an error wrapping relay.ErrNotReady.
+func (c *Client) Start(ctx context.Context, name string) (*openshellv1.Sandbox, error) {
+	resp, err := c.api.StartSandbox(ctx, &openshellv1.StartSandboxRequest{Name: name, Workspace: c.cfg.Workspace})
+	if err != nil {
+		return nil, c.lifecycleError("start sandbox "+name, err)
+	}
+	return c.WaitReady(ctx, resp.GetSandbox())
+}
+
 // List returns the sandboxes of the client's workspace.
 func (c *Client) List(ctx context.Context) ([]*openshellv1.Sandbox, error) {
 	var all []*openshellv1.Sandbox
