@@ -76,7 +76,7 @@ func (c *Client) Create(ctx context.Context, req *openshellv1.CreateSandboxReque
 }
 
 // WaitReady follows a sandbox's status until it is READY, or fails when it
-// reaches ERROR or is deleted.
+// reaches ERROR, is deleted, or is stopped.
 func (c *Client) WaitReady(ctx context.Context, sb *openshellv1.Sandbox) (*openshellv1.Sandbox, error) {
 	name := sb.GetMetadata().GetName()
 	if sb.GetStatus().GetPhase() == openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
@@ -106,7 +106,10 @@ func (c *Client) WaitReady(ctx context.Context, sb *openshellv1.Sandbox) (*opens
 		switch p := got.GetStatus().GetPhase(); p {
 		case openshellv1.SandboxPhase_SANDBOX_PHASE_READY:
 			return got, nil
-		case openshellv1.SandboxPhase_SANDBOX_PHASE_ERROR, openshellv1.SandboxPhase_SANDBOX_PHASE_DELETING:
+		case openshellv1.SandboxPhase_SANDBOX_PHASE_ERROR, openshellv1.SandboxPhase_SANDBOX_PHASE_DELETING,
+			// Upstream's watch ends only at READY: a stopped sandbox would
+			// keep it open until ctx ends.
+			openshellv1.SandboxPhase_SANDBOX_PHASE_STOPPING, openshellv1.SandboxPhase_SANDBOX_PHASE_STOPPED:
 			return nil, fmt.Errorf("sandbox %s: %w (phase %s)", name, relay.ErrNotReady, PhaseName(p))
 		}
 	}
