@@ -16,10 +16,10 @@ import (
 func newSandboxCmd(g *globals, s streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sandbox",
-		Short: "Create, inspect and delete sandboxes on the gateway",
+		Short: "Create, inspect, stop, start and delete sandboxes on the gateway",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usagef("sandbox needs a subcommand: create, get, delete or list")
+			return usagef("sandbox needs a subcommand: create, get, delete, stop, start or list")
 		},
 	}
 	var (
@@ -82,6 +82,34 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 			return nil
 		},
 	}
+	stop := &cobra.Command{
+		Use:   "stop NAME",
+		Short: "Stop every process of a sandbox, keeping its files",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withClient(func(c *openshell.Client) error {
+				sb, err := c.Stop(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return printSandboxes(s.out, g, false, sb)
+			})
+		},
+	}
+	start := &cobra.Command{
+		Use:   "start NAME",
+		Short: "Start a stopped sandbox and wait until it is ready",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return g.withClient(func(c *openshell.Client) error {
+				sb, err := c.Start(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return printSandboxes(s.out, g, false, sb)
+			})
+		},
+	}
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the sandboxes of the workspace",
@@ -96,7 +124,7 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(create, get, del, list)
+	cmd.AddCommand(create, get, del, stop, start, list)
 	return cmd
 }
 

@@ -35,4 +35,11 @@
 // valid 86400s (Config.SSHSessionTTL). A revoked or expired token opens no
 // new connection; open ones run on until they end, and a connection's
 // processes end with it.
+//
+// StopSandbox ends every process of a sandbox (its execs, its SSH
+// connections) and revokes its SSH tokens, keeping its directory;
+// StartSandbox brings it back through STARTING to READY. CreateSandbox
+// checks spec.policy as upstream does before anything exists, and stores
+// it as sent, fields this proto does not model included: records are kept
+// in binary proto.
 package gateway

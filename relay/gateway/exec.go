@@ -137,9 +137,9 @@ func (s *Server) exec(stream eventSender, a admitted, stdin io.Reader) error {
 	cmd, sb, pb := a.cmd, a.sb, a.pb
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	untrack, ok := s.reg.track(pb.GetMetadata().GetId(), func() { cancel(errDeleted) })
-	if !ok {
-		return status.Error(codes.NotFound, "sandbox not found")
+	untrack, err := s.reg.track(pb.GetMetadata().GetId(), cancel)
+	if err != nil {
+		return err
 	}
 	defer untrack()
 
@@ -183,6 +183,9 @@ func (s *Server) exec(stream eventSender, a admitted, stdin io.Reader) error {
 			return errRelayClosed
 		case errors.Is(cause, errDeleted):
 			log.Info("exec stopped: sandbox deleted")
+			return errRelayClosed
+		case errors.Is(cause, errStopped):
+			log.Info("exec stopped: sandbox stopped")
 			return errRelayClosed
 		case stream.Context().Err() != nil:
 			log.Info("exec stopped: client gone")

@@ -467,6 +467,8 @@ func execEnd(cmd *relay.Command, elapsed time.Duration, code int, err, cause, cl
 		return "cut"
 	case errors.Is(cause, errDeleted):
 		return "deleted"
+	case errors.Is(cause, errStopped):
+		return "stopped"
 	case clientErr != nil:
 		return "cancel"
 	}

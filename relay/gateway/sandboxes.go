@@ -14,7 +14,8 @@ import (
 
 	datamodelv1 "github.com/ferry-dev/ferry/proto/openshell/datamodel/v1"
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
-	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -49,7 +50,7 @@ type sandbox struct {
 	dir     string
 	watch   []chan struct{} // closed on every change
 	gone    bool            // deleted; pb holds its last state
-	cancels map[*execTicket]func()
+	cancels map[*execTicket]func(cause error)
 }
 
 // execTicket is one running exec; done is closed once it has ended.
@@ -78,26 +79,11 @@ func newRegistry(root string) (*registry, error) {
 	if err := os.MkdirAll(r.metaDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("create gateway state dir: %w", err)
 	}
-	ents, err := os.ReadDir(r.metaDir())
+	pbs, err := r.loadRecords()
 	if err != nil {
-		return nil, fmt.Errorf("read gateway state dir: %w", err)
+		return nil, err
 	}
-	var recs []loaded
-	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), ".json") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(r.metaDir(), e.Name()))
-		if err != nil {
-			return nil, fmt.Errorf("read sandbox record: %w", err)
-		}
-		pb := &openshellv1.Sandbox{}
-		if err := protojson.Unmarshal(b, pb); err != nil {
-			return nil, fmt.Errorf("parse sandbox record %s: %w", e.Name(), err)
-		}
-		recs = append(recs, loaded{pb: pb, file: e.Name()})
-	}
-	if err := r.adoptAll(recs); err != nil {
+	if err := r.adoptAll(pbs); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -107,32 +93,27 @@ func key(workspace, name string) string { return workspace + "/" + name }
 
 func (r *registry) metaDir() string { return filepath.Join(r.root, ".gateway") }
 
-func (r *registry) save(sb *sandbox) error {
-	b, err := protojson.Marshal(sb.pb)
-	if err != nil {
-		return err
-	}
-	path := r.recordPath(sb.pb)
-	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
-		return fmt.Errorf("write sandbox record: %w", err)
-	}
-	return os.Rename(path+".tmp", path)
-}
-
 var errExists = errors.New("sandbox already exists")
 
 // create records a new sandbox in PROVISIONING and makes its directory.
 func (r *registry) create(req *openshellv1.CreateSandboxRequest) (*openshellv1.Sandbox, error) {
 	ws := workspaceOf(req.GetWorkspace())
 	name := req.GetName()
-	// Upstream's order: the request's fields, then the workspace, then a
+	// Upstream's order: the request's fields (the spec's defaults and
+	// size first), then the workspace, then the policy's safety, then a
 	// generated name, and only then anything that exists.
+	if err := checkSpec(req.GetSpec()); err != nil {
+		return nil, err
+	}
 	if err := validCreate(req); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.activeWorkspace(ws); err != nil {
+		return nil, err
+	}
+	if err := checkPolicy(req.GetSpec().GetPolicy()); err != nil {
 		return nil, err
 	}
 	if name == "" {
@@ -158,7 +139,7 @@ func (r *registry) create(req *openshellv1.CreateSandboxRequest) (*openshellv1.S
 		Spec:   req.GetSpec(),
 		Status: &openshellv1.SandboxStatus{SandboxName: name, Phase: openshellv1.SandboxPhase_SANDBOX_PHASE_PROVISIONING},
 	}
-	sb := &sandbox{pb: pb, dir: dir, cancels: map[*execTicket]func(){}}
+	sb := &sandbox{pb: pb, dir: dir, cancels: map[*execTicket]func(error){}}
 	if err := r.save(sb); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -242,13 +223,18 @@ func (r *registry) list(workspace string, all bool, want map[string]string) []*o
 	return out
 }
 
-// track registers a running exec so that deleting its sandbox stops it.
-func (r *registry) track(id string, cancel func()) (untrack func(), ok bool) {
+// track registers a running exec so that deleting or stopping its sandbox
+// stops it, with that as cause. It refuses a sandbox that is not READY:
+// admit saw it READY, but a stop may have come since.
+func (r *registry) track(id string, cancel func(cause error)) (untrack func(), err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sb, ok := r.byID[id]
 	if !ok {
-		return nil, false
+		return nil, status.Error(codes.NotFound, "sandbox not found")
+	}
+	if sb.pb.GetStatus().GetPhase() != openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
+		return nil, status.Error(codes.FailedPrecondition, "sandbox is not ready")
 	}
 	t := &execTicket{done: make(chan struct{})}
 	sb.cancels[t] = cancel
@@ -257,7 +243,7 @@ func (r *registry) track(id string, cancel func()) (untrack func(), ok bool) {
 		delete(sb.cancels, t)
 		r.mu.Unlock()
 		close(t.done)
-	}, true
+	}, nil
 }
 
 // remove marks a sandbox DELETING, stops its execs, and deletes its
@@ -273,7 +259,7 @@ func (r *registry) remove(workspace, name string) (bool, error) {
 	sb.pb.Metadata.DeletionTimestampMs = time.Now().UnixMilli()
 	var running []*execTicket
 	for t, cancel := range sb.cancels {
-		cancel()
+		cancel(errDeleted)
 		running = append(running, t)
 	}
 	sb.gone = true
@@ -295,7 +281,7 @@ waitExecs:
 		}
 	}
 	err := os.RemoveAll(sb.dir)
-	if rerr := os.Remove(r.recordPath(sb.pb)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+	if rerr := r.removeRecord(sb.pb); rerr != nil && err == nil {
 		err = rerr
 	}
 	if err != nil {

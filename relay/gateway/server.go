@@ -74,7 +74,8 @@ type Server struct {
 	timers map[string]*time.Timer
 	closed bool
 
-	ssh sshRelay // CreateSshSession tokens and ForwardTcp's SSH server
+	ssh  sshRelay   // CreateSshSession tokens and ForwardTcp's SSH server
+	life sync.Mutex // held by StopSandbox and StartSandbox (lifecycle.go)
 }
 
 var _ openshellv1.OpenShellServer = (*Server)(nil)
@@ -134,6 +135,7 @@ func New(cfg Config) (*Server, error) {
 			reg.setPhase(sb.GetMetadata().GetId(), openshellv1.SandboxPhase_SANDBOX_PHASE_READY)
 		}
 	}
+	s.recoverLifecycle()
 	return s, nil
 }
 
@@ -192,6 +194,9 @@ func (s *Server) GetGatewayInfo(context.Context, *openshellv1.GetGatewayInfoRequ
 }
 
 func (s *Server) CreateSandbox(ctx context.Context, req *openshellv1.CreateSandboxRequest) (*openshellv1.SandboxResponse, error) {
+	if req.GetSpec() == nil {
+		return nil, status.Error(codes.InvalidArgument, "spec is required")
+	}
 	sb, err := s.reg.create(req)
 	switch {
 	case errors.Is(err, errExists):

@@ -269,9 +269,9 @@ func (s *Server) serveSSH(stream grpc.BidiStreamingServer[openshellv1.TcpForward
 	id := a.pb.GetMetadata().GetId()
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	untrack, ok := s.reg.track(id, func() { cancel(errDeleted) })
-	if !ok {
-		return status.Error(codes.NotFound, "sandbox not found")
+	untrack, err := s.reg.track(id, cancel)
+	if err != nil {
+		return err
 	}
 	defer untrack()
 
@@ -316,6 +316,9 @@ func (s *Server) serveSSH(stream grpc.BidiStreamingServer[openshellv1.TcpForward
 		return errRelayClosed
 	case errors.Is(cause, errDeleted):
 		log.Info("ssh relay stopped: sandbox deleted")
+		return errRelayClosed
+	case errors.Is(cause, errStopped):
+		log.Info("ssh relay stopped: sandbox stopped")
 		return errRelayClosed
 	case stream.Context().Err() != nil:
 		log.Debug("ssh relay stopped: client gone")

@@ -74,12 +74,6 @@ func (r *registry) sandboxDir(workspace, name string) string {
 	return filepath.Join(r.root, ".ws", workspace, name)
 }
 
-// recordPath is a sandbox's record, named by id: names repeat across
-// workspaces.
-func (r *registry) recordPath(pb *openshellv1.Sandbox) string {
-	return filepath.Join(r.metaDir(), pb.GetMetadata().GetId()+".json")
-}
-
 // loadWorkspaces reads the workspace records and makes the default
 // workspace if there is none, as upstream's ensure_default_workspace does
 // at start.
@@ -146,12 +140,6 @@ func (r *registry) saveWorkspace(w *datamodelv1.Workspace) error {
 	return nil
 }
 
-// loaded is a sandbox record read from disk and the file it came from.
-type loaded struct {
-	pb   *openshellv1.Sandbox
-	file string
-}
-
 // adoptAll registers the records read at start. Those of the default
 // workspace go first: a gateway before workspaces kept every sandbox in
 // root/<name>, one name across all workspaces, so a record of another
@@ -196,13 +184,14 @@ func (r *registry) adopt(pb *openshellv1.Sandbox, file string) error {
 			}
 		}
 	}
-	sb := &sandbox{pb: pb, dir: dir, cancels: map[*execTicket]func(){}}
-	if file != filepath.Base(r.recordPath(pb)) {
-		// An old gateway named records by sandbox name.
+	sb := &sandbox{pb: pb, dir: dir, cancels: map[*execTicket]func(error){}}
+	if file != filepath.Base(r.recordPath(pb, recordExt)) {
+		// An old gateway named records by sandbox name, or kept them as
+		// JSON; save writes the binary record by id.
 		if err := r.save(sb); err != nil {
 			return err
 		}
-		if err := os.Remove(filepath.Join(r.metaDir(), file)); err != nil {
+		if err := os.Remove(filepath.Join(r.metaDir(), file)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove old sandbox record: %w", err)
 		}
 	}

@@ -76,7 +76,7 @@ func (c *Client) Create(ctx context.Context, req *openshellv1.CreateSandboxReque
 }
 
 // WaitReady follows a sandbox's status until it is READY, or fails when it
-// reaches ERROR or is deleted.
+// reaches ERROR, is deleted, or is stopped.
 func (c *Client) WaitReady(ctx context.Context, sb *openshellv1.Sandbox) (*openshellv1.Sandbox, error) {
 	name := sb.GetMetadata().GetName()
 	if sb.GetStatus().GetPhase() == openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
@@ -106,7 +106,10 @@ func (c *Client) WaitReady(ctx context.Context, sb *openshellv1.Sandbox) (*opens
 		switch p := got.GetStatus().GetPhase(); p {
 		case openshellv1.SandboxPhase_SANDBOX_PHASE_READY:
 			return got, nil
-		case openshellv1.SandboxPhase_SANDBOX_PHASE_ERROR, openshellv1.SandboxPhase_SANDBOX_PHASE_DELETING:
+		case openshellv1.SandboxPhase_SANDBOX_PHASE_ERROR, openshellv1.SandboxPhase_SANDBOX_PHASE_DELETING,
+			// Upstream's watch ends only at READY: a stopped sandbox would
+			// keep it open until ctx ends.
+			openshellv1.SandboxPhase_SANDBOX_PHASE_STOPPING, openshellv1.SandboxPhase_SANDBOX_PHASE_STOPPED:
 			return nil, fmt.Errorf("sandbox %s: %w (phase %s)", name, relay.ErrNotReady, PhaseName(p))
 		}
 	}
@@ -121,6 +124,28 @@ func (c *Client) Delete(ctx context.Context, name string) error {
 		return c.lifecycleError("delete sandbox "+name, err)
 	}
 	return nil
+}
+
+// Stop stops the sandbox called name: every process in it ends, its files
+// stay. It returns the STOPPED sandbox; stopping a stopped one is not an
+// error. A sandbox that is not READY is an error wrapping relay.ErrNotReady.
+func (c *Client) Stop(ctx context.Context, name string) (*openshellv1.Sandbox, error) {
+	resp, err := c.api.StopSandbox(ctx, &openshellv1.StopSandboxRequest{Name: name, Workspace: c.cfg.Workspace})
+	if err != nil {
+		return nil, c.lifecycleError("stop sandbox "+name, err)
+	}
+	return resp.GetSandbox(), nil
+}
+
+// Start starts the stopped sandbox called name and waits until it is
+// READY. Starting a READY sandbox is not an error; one in another phase is
+// an error wrapping relay.ErrNotReady.
+func (c *Client) Start(ctx context.Context, name string) (*openshellv1.Sandbox, error) {
+	resp, err := c.api.StartSandbox(ctx, &openshellv1.StartSandboxRequest{Name: name, Workspace: c.cfg.Workspace})
+	if err != nil {
+		return nil, c.lifecycleError("start sandbox "+name, err)
+	}
+	return c.WaitReady(ctx, resp.GetSandbox())
 }
 
 // List returns the sandboxes of the client's workspace.
