@@ -150,10 +150,18 @@ func (c *Client) Start(ctx context.Context, name string) (*openshellv1.Sandbox, 
 
 // List returns the sandboxes of the client's workspace.
 func (c *Client) List(ctx context.Context) ([]*openshellv1.Sandbox, error) {
+	return c.ListSelected(ctx, "")
+}
+
+// ListSelected returns the sandboxes of the client's workspace that carry
+// every label of selector, upstream's "key=value,key2=value2" ("" is
+// all). A selector the gateway cannot parse is an error wrapping
+// ErrInvalidRequest.
+func (c *Client) ListSelected(ctx context.Context, selector string) ([]*openshellv1.Sandbox, error) {
 	var all []*openshellv1.Sandbox
 	const page = 100
 	for off := uint32(0); ; off += page {
-		resp, err := c.api.ListSandboxes(ctx, &openshellv1.ListSandboxesRequest{Limit: page, Offset: off, Workspace: c.cfg.Workspace})
+		resp, err := c.api.ListSandboxes(ctx, &openshellv1.ListSandboxesRequest{Limit: page, Offset: off, Workspace: c.cfg.Workspace, LabelSelector: selector})
 		if err != nil {
 			return nil, c.lifecycleError("list sandboxes", err)
 		}
