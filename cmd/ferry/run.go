@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferry-dev/ferry"
-	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 	"github.com/ferry-dev/ferry/relay"
 )
 
@@ -112,11 +111,13 @@ prune of the store is not idle.`,
 				}
 				defer c.Close()
 				if create != "" {
-					req := &openshellv1.CreateSandboxRequest{Name: name, Spec: &openshellv1.SandboxSpec{Template: &openshellv1.SandboxTemplate{Image: create}}}
-					if create == "default" {
-						req.Spec = nil
+					image := create
+					if image == "default" {
+						image = ""
 					}
-					if _, err := c.Create(cmd.Context(), req); err != nil {
+					// Ensure, not Create: a retried run finds the sandbox
+					// its first attempt made.
+					if err := c.Ensure(cmd.Context(), name, image); err != nil {
 						return err
 					}
 				}

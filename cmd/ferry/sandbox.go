@@ -35,12 +35,8 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			req := &openshellv1.CreateSandboxRequest{Name: args[0], Spec: &openshellv1.SandboxSpec{Environment: envMap}}
-			if image != "" {
-				req.Spec.Template = &openshellv1.SandboxTemplate{Image: image}
-			}
 			return g.withClient(func(c *openshell.Client) error {
-				sb, err := c.Create(cmd.Context(), req)
+				sb, err := c.Create(cmd.Context(), openshell.Spec{Name: args[0], Image: image, Env: envMap})
 				if err != nil {
 					return err
 				}

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/gateway"
 	"github.com/ferry-dev/ferry/relay/openshell"
@@ -56,7 +55,7 @@ func TestExecContentType(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if _, err := c.Create(ctx, &openshellv1.CreateSandboxRequest{Name: "box"}); err != nil {
+		if _, err := c.Create(ctx, openshell.Spec{Name: "box"}); err != nil {
 			t.Fatal(err)
 		}
 		code, err := c.Exec(ctx, &relay.Command{Sandbox: "box", Argv: []string{"true"}})

@@ -238,7 +238,7 @@ func TestSDKLifecycle(t *testing.T) {
 func ferryClientLifecycle(t *testing.T, g *gatewaytest.Gateway) {
 	ctx := ctxFor(t)
 	c := g.Client(t, openshell.Config{})
-	sb, err := c.Create(ctx, &openshellv1.CreateSandboxRequest{Labels: map[string]string{"grp": "F", "role": "primary"}})
+	sb, err := c.Create(ctx, openshell.Spec{Labels: map[string]string{"grp": "F", "role": "primary"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 )
 
 // Ensure makes sure that a sandbox called name exists and is READY:
@@ -15,11 +13,7 @@ import (
 // is taken whatever image it was made from. A sandbox being deleted, or
 // failed, is an error wrapping relay.ErrNotReady.
 func (c *Client) Ensure(ctx context.Context, name, image string) error {
-	req := &openshellv1.CreateSandboxRequest{Name: name}
-	if image != "" {
-		req.Spec = &openshellv1.SandboxSpec{Template: &openshellv1.SandboxTemplate{Image: image}}
-	}
-	_, err := c.Create(ctx, req)
+	_, err := c.Create(ctx, Spec{Name: name, Image: image})
 	if !errors.Is(err, ErrExists) {
 		return err
 	}

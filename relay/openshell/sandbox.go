@@ -58,16 +58,37 @@ func (c *Client) Get(ctx context.Context, name string) (*openshellv1.Sandbox, er
 	return resp.GetSandbox(), nil
 }
 
-// Create creates a sandbox and waits until it is READY.
-func (c *Client) Create(ctx context.Context, req *openshellv1.CreateSandboxRequest) (*openshellv1.Sandbox, error) {
-	if req.Workspace == "" {
-		req.Workspace = c.cfg.Workspace
+// Spec is what a sandbox is created from: the part of upstream's
+// CreateSandboxRequest that ferry sets. OpenShell's wire types stop in
+// this package; callers say what they want here.
+type Spec struct {
+	// Name is the sandbox's name; "" lets the gateway choose one.
+	Name string
+	// Image is the sandbox's image; "" is the gateway's default.
+	Image string
+	// Env is the sandbox's static environment (SandboxSpec.environment),
+	// seen by every process in it. Never put secrets here.
+	Env map[string]string
+	// Labels are the sandbox's labels, for ListSelected.
+	Labels map[string]string
+}
+
+// request is the CreateSandboxRequest for s in workspace ws. It always
+// carries a spec: a real gateway refuses a create without one ("spec is
+// required"), and an empty one takes its defaults.
+func (s Spec) request(ws string) *openshellv1.CreateSandboxRequest {
+	req := &openshellv1.CreateSandboxRequest{Name: s.Name, Workspace: ws, Labels: s.Labels, Spec: &openshellv1.SandboxSpec{Environment: s.Env}}
+	if s.Image != "" {
+		req.Spec.Template = &openshellv1.SandboxTemplate{Image: s.Image}
 	}
-	if req.Spec == nil {
-		// A real gateway refuses a create without a spec ("spec is
-		// required"); an empty one takes its defaults.
-		req.Spec = &openshellv1.SandboxSpec{}
-	}
+	return req
+}
+
+// Create creates a sandbox from spec and waits until it is READY. A
+// sandbox of that name that exists already is an error wrapping
+// ErrExists: Ensure is the idempotent form.
+func (c *Client) Create(ctx context.Context, spec Spec) (*openshellv1.Sandbox, error) {
+	req := spec.request(c.cfg.Workspace)
 	resp, err := c.api.CreateSandbox(ctx, req)
 	if err != nil {
 		return nil, c.lifecycleError("create sandbox "+req.GetName(), err)

@@ -187,11 +187,7 @@ func (g *Gateway) SandboxEnv(t testing.TB, c *openshell.Client, name string, env
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req := &openshellv1.CreateSandboxRequest{Name: name}
-	if env != nil {
-		req.Spec = &openshellv1.SandboxSpec{Environment: env}
-	}
-	if _, err := c.Create(ctx, req); err != nil {
+	if _, err := c.Create(ctx, openshell.Spec{Name: name, Env: env}); err != nil {
 		t.Fatal(err)
 	}
 }
