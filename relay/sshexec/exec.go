@@ -44,6 +44,12 @@ func (c *Client) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	if err := cmd.Validate(); err != nil {
 		return -1, err
 	}
+	if cmd.TTY {
+		// The wrapper that makes a command stoppable keeps the shell's
+		// own messages off the caller's stderr, which a terminal merges
+		// into the output: not done yet, so refused rather than half done.
+		return -1, fmt.Errorf("exec in %s over ssh: %w", cmd.Sandbox, relay.ErrNoTTY)
+	}
 	select {
 	case c.execs <- struct{}{}:
 		defer func() { <-c.execs }()

@@ -103,6 +103,19 @@ func TestInvalidBeforeAnyCall(t *testing.T) {
 	}
 }
 
+// TestTTYRefused: a terminal is refused before any call, with the typed
+// error, rather than run without one.
+func TestTTYRefused(t *testing.T) {
+	c, err := sshexec.New(sshexec.Config{Addr: "127.0.0.1:1", InsecureIgnoreHostKey: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Exec(testCtx(t), &relay.Command{Sandbox: "box", Argv: []string{"tty"}, TTY: true}); !errors.Is(err, relay.ErrNoTTY) {
+		t.Fatalf("err=%v, want relay.ErrNoTTY", err)
+	}
+}
+
 func TestStdinToStdoutLarge(t *testing.T) {
 	srv := sshdtest.Start(t)
 	c := newClient(t, srv, nil)
