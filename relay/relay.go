@@ -23,7 +23,8 @@ import (
 //     of the channel (a cut relay, a stream that ends without an exit status)
 //     is an error, never a zero exit code.
 //   - Stdin is read only as fast as it can be forwarded, never read ahead to
-//     EOF before the call. EOF on Stdin becomes EOF on the process's stdin. A
+//     EOF before the call. EOF on Stdin becomes EOF on the process's stdin
+//     (on a terminal it does not: see Command.TTY). A
 //     nil Stdin is an empty one. Exec does not wait for Stdin to reach EOF:
 //     once the process has exited, Exec returns, and a Read still blocked on
 //     Stdin is left to return on its own; whatever it returns is discarded.
