@@ -115,7 +115,8 @@ var (
 	// ErrStdinTooLarge means a one-shot exec was asked to carry more stdin
 	// than fits in one message.
 	ErrStdinTooLarge = errors.New("relay: stdin too large for one-shot exec")
-	// ErrNoTTY means the transport cannot run a command on a terminal.
+	// ErrNoTTY means the transport, or the server behind it, cannot run
+	// a command on a terminal.
 	ErrNoTTY = errors.New("relay: transport has no terminal support")
 )
 
