@@ -30,7 +30,6 @@ terminal it is put in raw mode for the run, so that every key, Ctrl-C and
 Ctrl-D included, goes to the sandbox; the sandbox's terminal takes this
 one's size and follows its resizes; and the terminal is restored however
 ferry ends. When standard input is not a terminal it is left as it is.
---transport ssh and --ssh have no terminal support yet.
 
 Arguments reach the command exactly, each as one word. Relative --workdir
 paths are relative to the sandbox's workspace root.`,

@@ -102,12 +102,19 @@ func waitFile(t *testing.T, path string) string {
 // reach the sandbox's shell once each (raw mode: no local echo), Ctrl-C
 // interrupts the remote command rather than ferry, the sandbox's terminal
 // has the pane's size and follows a resize, ferry exits with the shell's
-// code, and the pane's terminal modes are as they were before.
+// code, and the pane's terminal modes are as they were before; over the
+// exec RPCs and over the gateway's SSH relay alike.
 func TestExecTTYInTmux(t *testing.T) {
 	g := activeGateway(t)
 	g.Sandbox(t, g.Client(t, openshell.Config{}), "box")
+	for _, transport := range []string{"exec", "ssh"} {
+		t.Run(transport, func(t *testing.T) { tmuxSession(t, transport) })
+	}
+}
+
+func tmuxSession(t *testing.T, transport string) {
 	dir := t.TempDir()
-	argv, err := json.Marshal([]string{"exec", "-t", "box", "--", "sh"})
+	argv, err := json.Marshal([]string{"exec", "-t", "--transport", transport, "box", "--", "sh"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,17 +180,19 @@ func envKeyOK(k string) bool { return envKeyRE.MatchString(k) }
 // TestExecTTYNotATerminal: with stdin and stdout no terminal, -t still
 // runs the command on a remote terminal (as `docker exec -t` does), with
 // stderr merged into stdout and stdin typed at it, and exits with its
-// code; the SSH transports refuse it with one clear line.
+// code, over the exec RPCs and over the gateway's SSH relay alike.
 func TestExecTTYNotATerminal(t *testing.T) {
 	g := activeGateway(t)
 	g.Sandbox(t, g.Client(t, openshell.Config{}), "box")
-	r := runFerry(t, strings.NewReader("typed\n"), "exec", "--tty", "box", "--", "sh", "-c", `tty; echo e >&2; read x; echo "got:$x"; exit 5`)
-	if r.code != 5 || r.stderr != "" {
-		t.Fatalf("exit %d, stderr %q, stdout %q; want 5 and nothing on stderr", r.code, r.stderr, r.stdout)
+	for _, transport := range []string{"exec", "ssh"} {
+		t.Run(transport, func(t *testing.T) {
+			r := runFerry(t, strings.NewReader("typed\n"), "exec", "--tty", "--transport", transport, "box", "--", "sh", "-c", `tty; echo e >&2; read x; echo "got:$x"; exit 5`)
+			if r.code != 5 || r.stderr != "" {
+				t.Fatalf("exit %d, stderr %q, stdout %q; want 5 and nothing on stderr", r.code, r.stderr, r.stdout)
+			}
+			if !regexp.MustCompile(`(?m)^/dev/pts/[0-9]+\r$`).MatchString(r.stdout) || !strings.Contains(r.stdout, "e\r\n") || !strings.Contains(r.stdout, "got:typed\r\n") {
+				t.Fatalf("stdout %q", r.stdout)
+			}
+		})
 	}
-	if !regexp.MustCompile(`(?m)^/dev/pts/[0-9]+\r$`).MatchString(r.stdout) || !strings.Contains(r.stdout, "e\r\n") || !strings.Contains(r.stdout, "got:typed\r\n") {
-		t.Fatalf("stdout %q", r.stdout)
-	}
-	r = runFerry(t, nil, "exec", "-t", "--transport", "ssh", "box", "--", "tty")
-	wantFailure(t, r, "no terminal support")
 }

@@ -82,10 +82,6 @@ func (x *SSH) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	if err := cmd.Validate(); err != nil {
 		return 0, err
 	}
-	if cmd.TTY {
-		// Before any session token is asked for: sshexec has none.
-		return 0, fmt.Errorf("exec in %s over the ssh relay: %w", cmd.Sandbox, relay.ErrNoTTY)
-	}
 	b, err := x.box(cmd.Sandbox)
 	if err != nil {
 		return 0, err
