@@ -6,8 +6,9 @@ GO ?= go
 BIN := $(CURDIR)/bin
 FERRY := $(BIN)/ferry
 # Packages the tests drive as real peers: sshd, protoc for the staleness
-# check, busybox and GNU tar as sandbox tools, rsync as a benchmark peer.
-APT_PKGS := openssh-server openssh-client protobuf-compiler libprotobuf-dev busybox tar rsync time bc zstd
+# check, busybox and GNU tar as sandbox tools, rsync as a benchmark peer,
+# tmux as the terminal of `ferry exec -t`'s test.
+APT_PKGS := openssh-server openssh-client protobuf-compiler libprotobuf-dev busybox tar rsync time bc zstd tmux
 TEST_TIMEOUT ?= 30m
 
 # The agent ferry installs in sandboxes: static, one build per
@@ -61,6 +62,7 @@ deps:
 	[ -x /usr/bin/time ] || missing="$$missing time"; \
 	command -v zstd >/dev/null 2>&1 || missing="$$missing zstd"; \
 	command -v bc >/dev/null 2>&1 || missing="$$missing bc"; \
+	command -v tmux >/dev/null 2>&1 || missing="$$missing tmux"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			echo "installing:$$missing"; \

@@ -23,7 +23,8 @@ import (
 //     of the channel (a cut relay, a stream that ends without an exit status)
 //     is an error, never a zero exit code.
 //   - Stdin is read only as fast as it can be forwarded, never read ahead to
-//     EOF before the call. EOF on Stdin becomes EOF on the process's stdin. A
+//     EOF before the call. EOF on Stdin becomes EOF on the process's stdin
+//     (on a terminal it does not: see Command.TTY). A
 //     nil Stdin is an empty one. Exec does not wait for Stdin to reach EOF:
 //     once the process has exited, Exec returns, and a Read still blocked on
 //     Stdin is left to return on its own; whatever it returns is discarded.
@@ -56,9 +57,29 @@ type Command struct {
 	// process is killed and the exit code is 124.
 	Timeout time.Duration
 
+	// TTY runs the process on a pseudo-terminal of its own, as `ssh -t`
+	// and OpenShell's tty exec do: its stdout and stderr are both the
+	// terminal, so all its output, echo included, reaches Stdout with the
+	// terminal's line endings, and Stderr gets nothing. Stdin is typed at
+	// the terminal; its EOF ends the input but is no EOF to the process
+	// (upstream's gateway delivers none): send ^D (0x04) for that.
+	// Transports that cannot allocate one fail with ErrNoTTY.
+	TTY bool
+	// Size is the terminal's size when TTY is set; zero is the transport's
+	// default (80x24 on OpenShell's streaming exec).
+	Size WindowSize
+	// Resize, when TTY is set, carries the terminal's later sizes, read
+	// until the process exits; the caller need not close it.
+	Resize <-chan WindowSize
+
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
+}
+
+// WindowSize is a terminal's size in character cells.
+type WindowSize struct {
+	Cols, Rows uint16
 }
 
 // ExitTimeout is the exit code reported when Command.Timeout expires, as
@@ -94,6 +115,9 @@ var (
 	// ErrStdinTooLarge means a one-shot exec was asked to carry more stdin
 	// than fits in one message.
 	ErrStdinTooLarge = errors.New("relay: stdin too large for one-shot exec")
+	// ErrNoTTY means the transport, or the server behind it, cannot run
+	// a command on a terminal.
+	ErrNoTTY = errors.New("relay: transport has no terminal support")
 )
 
 // allowedOpenShellKeys are the OPENSHELL_ environment keys an exec may set,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +14,7 @@ func newExecCmd(g *globals, s streams) *cobra.Command {
 		workdir string
 		env     []string
 		timeout time.Duration
+		tty     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "exec SANDBOX [flags] -- CMD [ARG...]",
@@ -21,11 +23,20 @@ func newExecCmd(g *globals, s streams) *cobra.Command {
 as they are (no terminal), and ferry exits with the command's exit code.
 Standard input is read only as the command consumes it.
 
+With -t (--tty) the command runs on a terminal in the sandbox instead, as
+with ` + "`docker exec -it`" + `: its output and errors both come out on standard
+output, with the terminal's line endings. When standard input is a
+terminal it is put in raw mode for the run, so that every key, Ctrl-C and
+Ctrl-D included, goes to the sandbox; the sandbox's terminal takes this
+one's size and follows its resizes; and the terminal is restored however
+ferry ends. When standard input is not a terminal it is left as it is.
+
 Arguments reach the command exactly, each as one word. Relative --workdir
 paths are relative to the sandbox's workspace root.`,
 		Example: `  ferry exec box -- ls -la
   tar -c src | ferry exec box --workdir work -- tar -x
-  ferry exec box --env MODE=fast --timeout 10m -- make test`,
+  ferry exec box --env MODE=fast --timeout 10m -- make test
+  ferry exec -t box -- bash`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 2 {
 				return usagef("exec needs a sandbox and a command: ferry exec SANDBOX -- CMD [ARG...]")
@@ -61,6 +72,15 @@ paths are relative to the sandbox's workspace root.`,
 				return err
 			}
 			defer closeFn()
+			if tty {
+				lt, stop, err := startTerminal(cmd.Context(), s.in, s.out)
+				if err != nil {
+					return fmt.Errorf("set up the terminal: %w", err)
+				}
+				// Deferred, so that every way out puts the terminal back.
+				defer stop()
+				c.TTY, c.Size, c.Resize = true, lt.size, lt.resize
+			}
 			code, err := x.Exec(cmd.Context(), c)
 			if err != nil {
 				if cmd.Context().Err() != nil {
@@ -78,5 +98,6 @@ paths are relative to the sandbox's workspace root.`,
 	f.StringVarP(&workdir, "workdir", "w", "", "directory to run in (relative to the workspace root)")
 	f.StringArrayVarP(&env, "env", "e", nil, "set an environment variable KEY=VALUE (repeatable; never put secrets here)")
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long and exit 124 (0: no limit)")
+	f.BoolVarP(&tty, "tty", "t", false, "run the command on a terminal, stdin raw when it is one (docker exec -it)")
 	return cmd
 }

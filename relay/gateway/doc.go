@@ -10,7 +10,12 @@
 // `/bin/bash -lc` with `cd <workdir> && K=v args...`, a cleared environment,
 // the message, argument and environment limits, exit code 124 on timeout,
 // exit code 1 for a signal-killed child, UNAVAILABLE when the relay drops,
-// NOT_FOUND and FAILED_PRECONDITION for unknown and unready sandboxes.
+// NOT_FOUND and FAILED_PRECONDITION for unknown and unready sandboxes,
+// and tty=true on a real pseudo-terminal as upstream's sandbox allocates
+// one: TERM=xterm-256color, stderr merged into stdout, the one-shot RPC's
+// terminal one cell (upstream asks for 0x0), the streaming RPC's the
+// start's cols and rows (80x24 when unset) and resized by its resize
+// messages, and stdin's end no EOF to the process.
 // Where upstream leaves processes behind (timeout, a vanished client) this
 // gateway kills the whole process group.
 //
@@ -30,7 +35,7 @@
 // auth "none" for any user, a new Ed25519 host key at every start, exec
 // and shell through the same login shell and cleared environment as exec
 // RPCs, env requests acknowledged and ignored, the sftp subsystem,
-// direct-tcpip to loopback only, no PTY. Upstream's relay limits hold:
+// direct-tcpip to loopback only, pty-req and window-change. Upstream's relay limits hold:
 // 3 connections per token, 20 per sandbox, 64 KiB data frames, tokens
 // valid 86400s (Config.SSHSessionTTL). A revoked or expired token opens no
 // new connection; open ones run on until they end, and a connection's

@@ -43,6 +43,9 @@ func (s *Server) ExecSandbox(req *openshellv1.ExecSandboxRequest, stream grpc.Se
 	if err != nil {
 		return err
 	}
+	// Upstream's one-shot exec asks its sandbox for a 0x0 terminal, which
+	// the sandbox makes one cell: the request's cols and rows go unread.
+	a.cmd.Size = relay.WindowSize{Cols: 1, Rows: 1}
 	return s.exec(stream, a, bytes.NewReader(req.GetStdin()))
 }
 
@@ -78,6 +81,11 @@ func (s *Server) ExecSandboxInteractive(stream grpc.BidiStreamingServer[openshel
 		return err
 	}
 
+	// As upstream: an unset dimension is the usual 80x24.
+	a.cmd.Size = relay.WindowSize{Cols: dim(req.GetCols(), 80), Rows: dim(req.GetRows(), 24)}
+	resize := make(chan relay.WindowSize, 1)
+	a.cmd.Resize = resize
+
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
 	stdin := newStdinStream(req.GetStdin())
@@ -104,7 +112,10 @@ func (s *Server) ExecSandboxInteractive(stream grpc.BidiStreamingServer[openshel
 					return
 				}
 			case *openshellv1.ExecSandboxInput_Resize:
-				// No terminal, nothing to resize.
+				// Upstream drops a resize without a terminal.
+				if req.GetTty() {
+					latest(resize, relay.WindowSize{Cols: dim(p.Resize.GetCols(), 1), Rows: dim(p.Resize.GetRows(), 1)})
+				}
 			case *openshellv1.ExecSandboxInput_Start:
 				err := status.Error(codes.InvalidArgument, "start may only be sent once")
 				stdin.finish(err)
@@ -118,6 +129,35 @@ func (s *Server) ExecSandboxInteractive(stream grpc.BidiStreamingServer[openshel
 		err = cause
 	}
 	return err
+}
+
+// dim is a requested terminal dimension, def when unset; upstream's
+// sandbox keeps it to what a winsize holds.
+func dim(v uint32, def uint16) uint16 {
+	if v == 0 {
+		return def
+	}
+	return uint16(min(v, 0xffff))
+}
+
+// latest queues ws for the process's terminal without waiting: a size the
+// runner has not taken yet is stale once a newer one comes, and a runner
+// that has finished takes none. Only the receiver sends, so the second
+// send always finds room.
+func latest(c chan relay.WindowSize, ws relay.WindowSize) {
+	select {
+	case c <- ws:
+		return
+	default:
+	}
+	select {
+	case <-c:
+	default:
+	}
+	select {
+	case c <- ws:
+	default:
+	}
 }
 
 type ctxSender struct {
@@ -145,7 +185,7 @@ func (s *Server) exec(stream eventSender, a admitted, stdin io.Reader) error {
 
 	runner, err := local.New(local.Config{
 		Dir:            sb.dir,
-		Env:            s.environ(sb.dir, pb),
+		Env:            s.environ(sb.dir, pb, termOf(cmd.TTY)),
 		Shell:          s.cfg.Shell,
 		KilledExitCode: 1,
 		ChunkSize:      outputChunk,
@@ -234,10 +274,8 @@ func (s *Server) command(req *openshellv1.ExecSandboxRequest) (*relay.Command, e
 	if len(req.GetCommand()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "command is required")
 	}
-	if req.GetTty() {
-		return nil, status.Error(codes.InvalidArgument, "tty is not supported by the embedded gateway")
-	}
 	cmd := &relay.Command{
+		TTY:     req.GetTty(),
 		Argv:    req.GetCommand(),
 		Workdir: req.GetWorkdir(),
 		Env:     req.GetEnvironment(),
@@ -251,13 +289,17 @@ func (s *Server) command(req *openshellv1.ExecSandboxRequest) (*relay.Command, e
 
 // environ is the whole environment of a sandbox process: nothing of the
 // gateway's own leaks in.
-func (s *Server) environ(dir string, pb *openshellv1.Sandbox) []string {
+//
+// TERM is term: dumb without a terminal, and on one the type upstream's
+// gateway asks its sandbox's SSH server for (xterm-256color) or an SSH
+// client's pty-req names; the sandbox's own variables may still override it.
+func (s *Server) environ(dir string, pb *openshellv1.Sandbox, term string) []string {
 	env := []string{
 		"HOME=" + dir,
 		"USER=" + s.user,
 		"SHELL=/bin/bash",
 		"PATH=" + s.cfg.Path,
-		"TERM=dumb",
+		"TERM=" + term,
 	}
 	for _, m := range []map[string]string{pb.GetSpec().GetTemplate().GetEnvironment(), pb.GetSpec().GetEnvironment()} {
 		for k, v := range m {
@@ -265,6 +307,14 @@ func (s *Server) environ(dir string, pb *openshellv1.Sandbox) []string {
 		}
 	}
 	return env
+}
+
+// termOf is an exec's TERM.
+func termOf(tty bool) string {
+	if tty {
+		return "xterm-256color"
+	}
+	return "dumb"
 }
 
 // cutter counts bytes for the CutAfter hook, across stdin and output.

@@ -121,9 +121,6 @@ func TestHostileExecRequests(t *testing.T) {
 		{"EmptySandboxID", func(string) *openshellv1.ExecSandboxRequest {
 			return &openshellv1.ExecSandboxRequest{Command: []string{"true"}}
 		}, codes.InvalidArgument, "sandbox_id is required"},
-		{"TTY", func(id string) *openshellv1.ExecSandboxRequest {
-			return &openshellv1.ExecSandboxRequest{SandboxId: id, Command: []string{"true"}, Tty: true, Cols: 80, Rows: 24}
-		}, codes.InvalidArgument, "tty is not supported"},
 		{"UnknownSandboxID", func(string) *openshellv1.ExecSandboxRequest {
 			return &openshellv1.ExecSandboxRequest{SandboxId: "00000000-0000-4000-8000-000000000000", Command: []string{"true"}}
 		}, codes.NotFound, "sandbox not found"},

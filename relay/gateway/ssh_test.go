@@ -513,14 +513,43 @@ func TestSSHServer(t *testing.T) {
 			t.Fatalf("shell: %v, %q", err, out.String())
 		}
 	})
-	t.Run("PtyRefused", func(t *testing.T) {
+	t.Run("Pty", func(t *testing.T) {
+		// As upstream's sandbox serves pty-req: the command runs on a
+		// terminal of the asked size and TERM, stderr is the terminal,
+		// and window-change resizes it.
 		sess, err := c.NewSession()
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer sess.Close()
-		if err := sess.RequestPty("xterm", 24, 80, ssh.TerminalModes{}); err == nil {
-			t.Fatal("pty-req accepted; ferry's streams must stay binary")
+		if err := sess.RequestPty("vt100", 25, 81, ssh.TerminalModes{}); err != nil {
+			t.Fatalf("pty-req refused: %v", err)
+		}
+		out := &syncBuffer{}
+		var errb bytes.Buffer
+		sess.Stdout, sess.Stderr = out, &errb
+		in, err := sess.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sess.Start(`tty; stty size; echo "$TERM"; echo e >&2; echo ready; ` +
+			`while [ "$(stty size)" != "9 33" ]; do sleep 0.02; done; read x; echo "got:$x"; exit 6`); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, out, "ready")
+		if err := sess.WindowChange(9, 33); err != nil {
+			t.Fatalf("window-change: %v", err)
+		}
+		if _, err := in.Write([]byte("typed\r")); err != nil {
+			t.Fatal(err)
+		}
+		var ee *ssh.ExitError
+		if err := sess.Wait(); !errors.As(err, &ee) || ee.ExitStatus() != 6 {
+			t.Fatalf("wait: %v; output %q", err, out.String())
+		}
+		got := out.String()
+		if !ptsRE.MatchString(got) || !strings.Contains(got, "\r\n25 81\r\nvt100\r\ne\r\nready\r\n") || !strings.Contains(got, "got:typed\r\n") || errb.Len() != 0 {
+			t.Fatalf("stdout %q, stderr %q", got, errb.String())
 		}
 	})
 	t.Run("SFTP", func(t *testing.T) {

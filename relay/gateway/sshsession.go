@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/relay/internal/ptyio"
 )
 
 // sshOutputGrace bounds how long a session waits, after its process has
@@ -27,9 +28,10 @@ import (
 const sshOutputGrace = time.Second
 
 // sshSession serves one "session" channel: env requests are acknowledged
-// and ignored, exec and shell start one process, signal reaches its
-// process group, the "sftp" subsystem is served in the sandbox directory,
-// and pty-req and other subsystems are refused. It returns once the
+// and ignored, pty-req puts the exec or shell that follows on a terminal
+// (which window-change resizes), exec and shell start one process, signal
+// reaches its process group, the "sftp" subsystem is served in the sandbox
+// directory, and other subsystems are refused. It returns once the
 // channel has closed and its process (or sftp server) and copiers are
 // done; a channel closed before its process exited kills the process
 // group.
@@ -45,6 +47,7 @@ func (s *Server) sshSession(ctx context.Context, cut context.CancelCauseFunc, nc
 	defer ch.Close()
 	var p *sshProc
 	var sftpDone chan struct{}
+	var tty *ptyRequest
 	for req := range reqs {
 		ok := false
 		switch req.Type {
@@ -57,6 +60,11 @@ func (s *Server) sshSession(ctx context.Context, cut context.CancelCauseFunc, nc
 				break
 			}
 			argv := []string{s.cfg.Shell[0], "-l"}
+			if tty != nil {
+				// Upstream's sandbox starts an interactive, not a login,
+				// shell on a terminal.
+				argv[1] = "-i"
+			}
 			if req.Type == "exec" {
 				var m struct{ Command string }
 				if ssh.Unmarshal(req.Payload, &m) != nil || strings.ContainsRune(m.Command, 0) {
@@ -64,7 +72,7 @@ func (s *Server) sshSession(ctx context.Context, cut context.CancelCauseFunc, nc
 				}
 				argv = append(append([]string(nil), s.cfg.Shell...), m.Command)
 			}
-			p, err = s.startProc(ctx, cut, ch, a, argv)
+			p, err = s.startProc(ctx, cut, ch, a, argv, tty)
 			if err != nil {
 				s.cfg.Logger.Warn("ssh exec failed to start", "sandbox", a.pb.GetMetadata().GetName(), "err", err)
 				break
@@ -86,9 +94,18 @@ func (s *Server) sshSession(ctx context.Context, cut context.CancelCauseFunc, nc
 				s.serveSFTP(ch, a)
 			}()
 			ok = true
-		case "pty-req", "window-change":
-			// No terminals: ferry's streams are binary, and a PTY would
-			// corrupt them.
+		case "pty-req":
+			// For the exec or shell to come, as upstream's sandbox takes
+			// it; ferry's own client never asks, its streams being binary.
+			var m ptyRequest
+			if p == nil && sftpDone == nil && ssh.Unmarshal(req.Payload, &m) == nil {
+				tty, ok = &m, true
+			}
+		case "window-change":
+			var m struct{ Cols, Rows, Width, Height uint32 }
+			if p != nil && ssh.Unmarshal(req.Payload, &m) == nil {
+				ok = p.resize(m.Cols, m.Rows)
+			}
 		}
 		if req.WantReply {
 			_ = req.Reply(ok, nil)
@@ -136,9 +153,27 @@ type sshProc struct {
 	pid    int
 	exited bool // reaped: pid may be reused, nothing may signal it
 	counts execCounts
+	master *os.File // the terminal's, when there is one
 }
 
-func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch ssh.Channel, a admitted, argv []string) (*sshProc, error) {
+// resize sets the process's terminal's size, as upstream's sandbox does
+// on window-change; without a terminal there is nothing to resize.
+func (p *sshProc) resize(cols, rows uint32) bool {
+	return p.master != nil && ptyio.SetSize(p.master, uint16(min(cols, 0xffff)), uint16(min(rows, 0xffff))) == nil
+}
+
+// ptyRequest is RFC 4254's pty-req, section 6.2.
+type ptyRequest struct {
+	Term          string
+	Cols, Rows    uint32
+	Width, Height uint32
+	Modes         string
+}
+
+func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch ssh.Channel, a admitted, argv []string, tty *ptyRequest) (*sshProc, error) {
+	if tty != nil {
+		return s.startPTYProc(ctx, cut, ch, a, argv, tty)
+	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("create stdin pipe: %w", err)
@@ -155,7 +190,7 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 	}
 	c := exec.Command(argv[0], argv[1:]...)
 	c.Dir = a.sb.dir
-	c.Env = s.environ(a.sb.dir, a.pb)
+	c.Env = s.environ(a.sb.dir, a.pb, "dumb")
 	c.Stdin, c.Stdout, c.Stderr = inR, outW, errW
 	c.SysProcAttr = sessionAttr()
 	if err := c.Start(); err != nil {
@@ -405,4 +440,65 @@ func closeFiles(fs ...*os.File) {
 	for _, f := range fs {
 		f.Close()
 	}
+}
+
+// startPTYProc is startProc on a terminal, as upstream's sandbox runs a
+// session that asked for one: stdout and stderr are both the terminal,
+// so all output is channel data; TERM is the client's; the client's EOF
+// leaves the terminal open (a terminal's EOF is a typed ^D).
+func (s *Server) startPTYProc(ctx context.Context, cut context.CancelCauseFunc, ch ssh.Channel, a admitted, argv []string, tty *ptyRequest) (*sshProc, error) {
+	master, slave, err := ptyio.Open()
+	if err != nil {
+		return nil, fmt.Errorf("open pty: %w", err)
+	}
+	cols, rows := uint16(min(tty.Cols, 0xffff)), uint16(min(tty.Rows, 0xffff))
+	if err := ptyio.SetSize(master, cols, rows); err != nil {
+		closeFiles(master, slave)
+		return nil, fmt.Errorf("set pty size: %w", err)
+	}
+	term := tty.Term
+	if term == "" {
+		term = "xterm-256color"
+	}
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Dir = a.sb.dir
+	c.Env = s.environ(a.sb.dir, a.pb, term)
+	c.Stdin, c.Stdout, c.Stderr = slave, slave, slave
+	c.SysProcAttr = ptyio.SysProcAttr()
+	if err := c.Start(); err != nil {
+		closeFiles(master, slave)
+		return nil, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	// Only the child may hold the slave: the master reads EIO, our EOF,
+	// once every holder has gone.
+	slave.Close()
+	p := &sshProc{ch: ch, quit: make(chan struct{}), pid: c.Process.Pid, master: master}
+
+	fault := &cutter{left: s.cfg.CutAfter, on: s.cfg.CutAfter > 0, cancel: cut}
+	stdin := countReader{r: &faultReader{r: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdinAfter}}, n: &p.counts.stdin}
+	p.wg.Go(func() {
+		// Ends at the client's EOF, when the channel closes, or once run
+		// has closed the master.
+		_, _ = io.Copy(master, stdin)
+	})
+	outputDone := make(chan struct{})
+	out := countWriter{w: &faultWriter{w: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdoutAfter}}, n: &p.counts.stdout}
+	p.wg.Go(func() {
+		defer close(outputDone)
+		// The master's read fails (EIO) once the terminal has no
+		// process left, or once it is closed.
+		if _, err := io.Copy(out, master); err != nil && !errors.Is(err, os.ErrClosed) && !errors.Is(err, syscall.EIO) {
+			p.stop()
+		}
+	})
+	start := time.Now()
+	p.wg.Go(func() {
+		end := p.run(ctx, c, outputDone, func() { master.Close() })
+		code := -1
+		if c.ProcessState != nil {
+			code = c.ProcessState.ExitCode()
+		}
+		s.logExec(a.pb, &relay.Command{Argv: argv[len(argv)-1:], TTY: true}, &p.counts, time.Since(start), code, end)
+	})
+	return p, nil
 }

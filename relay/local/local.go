@@ -91,6 +91,9 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if cmd.TTY {
+		return r.execTTY(ctx, cmd, c)
+	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return 0, fmt.Errorf("create stdin pipe: %w", err)

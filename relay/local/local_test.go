@@ -1,7 +1,14 @@
 package local_test
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -48,5 +55,92 @@ func TestLoginShellMode(t *testing.T) {
 		},
 		KilledExit: 1,
 		BigSize:    64 << 20,
+	})
+}
+
+// syncBuffer is a bytes.Buffer that a test can read while Exec writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestTTY runs commands on a terminal: its size, a resize, stderr merged
+// into the output, typed input, the exit code, and a timeout that kills a
+// background child too.
+func TestTTY(t *testing.T) {
+	r, err := local.New(local.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	t.Run("SizeResizeStdin", func(t *testing.T) {
+		resize := make(chan relay.WindowSize)
+		inR, inW := io.Pipe()
+		defer inW.Close()
+		var out, errOut syncBuffer
+		script := `tty; stty size; echo e >&2; echo ready; while [ "$(stty size)" != "7 41" ]; do sleep 0.02; done; read x; echo "got:$x"; exit 9`
+		type res struct {
+			code int
+			err  error
+		}
+		done := make(chan res, 1)
+		go func() {
+			code, err := r.Exec(ctx, &relay.Command{
+				Argv: []string{"sh", "-c", script}, TTY: true, Size: relay.WindowSize{Cols: 61, Rows: 17},
+				Resize: resize, Stdin: inR, Stdout: &out, Stderr: &errOut, Timeout: 20 * time.Second,
+			})
+			done <- res{code, err}
+		}()
+		deadline := time.Now().Add(20 * time.Second)
+		for !strings.Contains(out.String(), "ready") {
+			if time.Now().After(deadline) {
+				t.Fatalf("no ready in %q", out.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		resize <- relay.WindowSize{Cols: 41, Rows: 7}
+		if _, err := inW.Write([]byte("abc\r")); err != nil {
+			t.Fatal(err)
+		}
+		got := <-done
+		o := out.String()
+		if got.err != nil || got.code != 9 {
+			t.Fatalf("exec = %d, %v; output %q", got.code, got.err, o)
+		}
+		if !strings.HasPrefix(o, "/dev/pts/") || !strings.Contains(o, "\r\n17 61\r\ne\r\nready\r\n") || !strings.Contains(o, "got:abc\r\n") || errOut.String() != "" {
+			t.Fatalf("stdout %q, stderr %q", o, errOut.String())
+		}
+	})
+	t.Run("DefaultSize", func(t *testing.T) {
+		var out syncBuffer
+		code, err := r.Exec(ctx, &relay.Command{Argv: []string{"stty", "size"}, TTY: true, Stdout: &out})
+		if err != nil || code != 0 || out.String() != "24 80\r\n" {
+			t.Fatalf("exec = %d, %v, %q; want 24 80", code, err, out.String())
+		}
+	})
+	t.Run("Timeout", func(t *testing.T) {
+		marker := fmt.Sprintf("tty-%d", time.Now().UnixNano())
+		code, err := r.Exec(ctx, &relay.Command{
+			Argv: []string{"sh", "-c", "sleep 600 & sleep 600; wait"}, Env: map[string]string{"FERRY_MARKER": marker},
+			TTY: true, Timeout: 500 * time.Millisecond,
+		})
+		if err != nil || code != relay.ExitTimeout {
+			t.Fatalf("exec = %d, %v; want %d", code, err, relay.ExitTimeout)
+		}
+		relaytest.WaitNoMarked(t, marker, 10*time.Second)
 	})
 }

@@ -213,7 +213,10 @@ func (c *Client) request(id string, cmd *relay.Command) *openshellv1.ExecSandbox
 		Command:     cmd.Argv,
 		Workdir:     cmd.Workdir,
 		Environment: cmd.Env,
-		Tty:         false,
+		Tty:         cmd.TTY,
+	}
+	if cmd.TTY {
+		req.Cols, req.Rows = uint32(cmd.Size.Cols), uint32(cmd.Size.Rows)
 	}
 	if cmd.Timeout > 0 {
 		secs := math.Ceil(cmd.Timeout.Seconds())
@@ -271,7 +274,7 @@ func (c *Client) execInteractive(ctx context.Context, id string, cmd *relay.Comm
 	// one receiver at a time). It is not waited for: it may be blocked in
 	// the caller's Read; cancel makes its next Send fail.
 	stdinErr := make(chan error, 1)
-	go c.pump(stream, cmd.Stdin, stdinErr, cancel)
+	go c.pump(ctx, stream, cmd, stdinErr, cancel)
 	failed := func(err error) error {
 		select {
 		case serr := <-stdinErr:
@@ -290,32 +293,111 @@ func (c *Client) execInteractive(ctx context.Context, id string, cmd *relay.Comm
 	return code, failed(nil)
 }
 
-// pump streams stdin. At EOF it half-closes the stream, which is the
-// process's EOF. On any other read error it reports the error and cancels
-// the RPC instead, so that the gateway kills the process rather than let
-// it take a broken input for a complete one.
-func (c *Client) pump(stream grpc.BidiStreamingClient[openshellv1.ExecSandboxInput, openshellv1.ExecSandboxEvent], stdin io.Reader, failed chan<- error, cancel func()) {
-	if stdin == nil {
-		_ = stream.CloseSend()
+// pump streams stdin, and on a terminal its size changes. At stdin's EOF
+// it half-closes the stream, which is the process's EOF; on a terminal
+// with sizes to send it does so only once Resize is closed, as a
+// half-closed stream carries no more of them (and a terminal's EOF is a
+// typed ^D anyway). On any other read error it reports the error and
+// cancels the RPC instead, so that the gateway kills the process rather
+// than let it take a broken input for a complete one.
+func (c *Client) pump(ctx context.Context, stream grpc.BidiStreamingClient[openshellv1.ExecSandboxInput, openshellv1.ExecSandboxEvent], cmd *relay.Command, failed chan<- error, cancel func()) {
+	if !cmd.TTY || cmd.Resize == nil {
+		if c.pumpStdin(stream.Send, cmd.Stdin, failed, cancel) {
+			_ = stream.CloseSend()
+		}
 		return
+	}
+	// gRPC allows one sender: stdin's messages come here to be sent, each
+	// waited for, as the reader reuses its buffer once its send returns.
+	// The reader is not waited for (it may be blocked in the caller's
+	// Read); ctx, cancelled when the RPC ends, releases its sends.
+	type sendReq struct {
+		m    *openshellv1.ExecSandboxInput
+		done chan error
+	}
+	msgs := make(chan sendReq)
+	stdinDone := make(chan bool, 1)
+	go func() {
+		stdinDone <- c.pumpStdin(func(m *openshellv1.ExecSandboxInput) error {
+			r := sendReq{m: m, done: make(chan error, 1)}
+			select {
+			case msgs <- r:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			select {
+			case err := <-r.done:
+				return err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, cmd.Stdin, failed, cancel)
+	}()
+	resize := cmd.Resize
+	for {
+		select {
+		case r := <-msgs:
+			err := stream.Send(r.m)
+			r.done <- err
+			if err != nil {
+				return
+			}
+		case ws, ok := <-resize:
+			if !ok {
+				resize = nil
+				if stdinDone == nil {
+					_ = stream.CloseSend()
+					return
+				}
+				continue
+			}
+			if stream.Send(resizeMsg(ws)) != nil {
+				return
+			}
+		case eof := <-stdinDone:
+			if !eof {
+				return
+			}
+			// Sizes still matter after the input: keep sending them
+			// while the RPC lasts, or until there are none to come.
+			stdinDone, msgs = nil, nil
+			if resize == nil {
+				_ = stream.CloseSend()
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func resizeMsg(ws relay.WindowSize) *openshellv1.ExecSandboxInput {
+	return &openshellv1.ExecSandboxInput{Payload: &openshellv1.ExecSandboxInput_Resize{Resize: &openshellv1.ExecSandboxWindowResize{Cols: uint32(ws.Cols), Rows: uint32(ws.Rows)}}}
+}
+
+// pumpStdin sends stdin's bytes with send. It reports true at stdin's
+// EOF (or for a nil stdin), false after a failed send or a read error,
+// which it reports on failed, cancelling the RPC.
+func (c *Client) pumpStdin(send func(*openshellv1.ExecSandboxInput) error, stdin io.Reader, failed chan<- error, cancel func()) bool {
+	if stdin == nil {
+		return true
 	}
 	buf := make([]byte, c.cfg.ChunkSize)
 	for {
 		n, err := stdin.Read(buf)
 		if n > 0 {
 			// Send does not keep buf after it returns.
-			if serr := stream.Send(&openshellv1.ExecSandboxInput{Payload: &openshellv1.ExecSandboxInput_Stdin{Stdin: buf[:n]}}); serr != nil {
-				return
+			if serr := send(&openshellv1.ExecSandboxInput{Payload: &openshellv1.ExecSandboxInput_Stdin{Stdin: buf[:n]}}); serr != nil {
+				return false
 			}
 		}
 		if errors.Is(err, io.EOF) {
-			_ = stream.CloseSend()
-			return
+			return true
 		}
 		if err != nil {
 			failed <- err
 			cancel()
-			return
+			return false
 		}
 	}
 }

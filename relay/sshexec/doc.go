@@ -22,6 +22,11 @@
 // file. The wrapper leaves stdin, stdout, stderr and the exit status as
 // the command made them.
 //
+// A Command with TTY asks for a pty (pty-req, TERM=xterm-256color, its
+// Size, 80x24 when unset) before the command and sends each Resize as a
+// window-change; the wrapper is unchanged, its shell the terminal's
+// session leader.
+//
 // Limitations: a process that leaves the group (setsid, a daemon) is not
 // reached; on a server whose shell is not a group leader only that shell is
 // killed; a dead connection cannot carry the second command, so a command

@@ -62,6 +62,8 @@ func (c *Client) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	if err := r.start(cmd, wrap(r.id, commandLine(cmd.Workdir, cmd.Env, cmd.Argv))); err != nil {
 		return -1, err
 	}
+	// Every way out below waits for r.ended, which ends the resizer.
+	defer r.resizer.Wait()
 	// Starting takes a round trip that does not watch ctx.
 	if err := ctx.Err(); err != nil {
 		r.stop()
@@ -99,7 +101,12 @@ type run struct {
 	ended   chan struct{} // the session has ended and its output reached EOF
 	waitErr error         // sess.Wait's result; set before ended is closed
 	failed  chan error    // a stdin read or output write failed
+	resizer sync.WaitGroup
 }
+
+// ttySize is a terminal's size when the caller gives none, as sshd's
+// clients default it.
+var ttySize = relay.WindowSize{Cols: 80, Rows: 24}
 
 func (r *run) start(cmd *relay.Command, script string) error {
 	stdin, err := r.sess.StdinPipe()
@@ -114,6 +121,18 @@ func (r *run) start(cmd *relay.Command, script string) error {
 	if err != nil {
 		return fmt.Errorf("sshexec: %w", err)
 	}
+	if cmd.TTY {
+		// sshd puts the session on a terminal: the wrapper's stderr,
+		// fd 3, is that terminal too, so the command's errors arrive in
+		// its output, as on any terminal.
+		size := cmd.Size
+		if size == (relay.WindowSize{}) {
+			size = ttySize
+		}
+		if err := r.sess.RequestPty("xterm-256color", int(max(size.Rows, 1)), int(max(size.Cols, 1)), ssh.TerminalModes{}); err != nil {
+			return fmt.Errorf("sshexec: terminal for %s on %s: %w: %w", r.argv0, r.c.s.Addr, relay.ErrNoTTY, err)
+		}
+	}
 	if err := r.sess.Start(script); err != nil {
 		if r.cn.alive() {
 			// The server answered, and said no.
@@ -122,6 +141,22 @@ func (r *run) start(cmd *relay.Command, script string) error {
 		return fmt.Errorf("sshexec: start %s on %s: %w: %w", r.argv0, r.c.s.Addr, relay.ErrRelayLost, err)
 	}
 	go r.pump(cmd.Stdin, stdin)
+	if cmd.TTY && cmd.Resize != nil {
+		r.resizer.Go(func() {
+			for {
+				select {
+				case ws, ok := <-cmd.Resize:
+					if !ok {
+						return
+					}
+					// A session that has ended has no size to set.
+					_ = r.sess.WindowChange(int(max(ws.Rows, 1)), int(max(ws.Cols, 1)))
+				case <-r.ended:
+					return
+				}
+			}
+		})
+	}
 	var copiers sync.WaitGroup
 	copiers.Add(2)
 	go r.copyOut(&copiers, cmd.Stdout, stdout, "stdout")

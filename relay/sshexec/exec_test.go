@@ -103,6 +103,67 @@ func TestInvalidBeforeAnyCall(t *testing.T) {
 	}
 }
 
+// TestTTY runs a command on the terminal sshd allocates: its size and a
+// resize, stderr merged into the output, typed input and the exit code.
+func TestTTY(t *testing.T) {
+	srv := sshdtest.Start(t)
+	c := newClient(t, srv, nil)
+	resize := make(chan relay.WindowSize)
+	inR, inW := io.Pipe()
+	t.Cleanup(func() { inW.Close() })
+	var out, errb syncBuffer
+	script := `tty; stty size; echo "$TERM"; echo e >&2; echo ready; while [ "$(stty size)" != "8 44" ]; do sleep 0.02; done; read x; echo "got:$x"; exit 6`
+	type res struct {
+		code int
+		err  error
+	}
+	done := make(chan res, 1)
+	go func() {
+		code, err := c.Exec(testCtx(t), &relay.Command{
+			Argv: []string{"sh", "-c", script}, TTY: true, Size: relay.WindowSize{Cols: 66, Rows: 12},
+			Resize: resize, Stdin: inR, Stdout: &out, Stderr: &errb, Timeout: 30 * time.Second,
+		})
+		done <- res{code, err}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "ready") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no ready in %q", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	resize <- relay.WindowSize{Cols: 44, Rows: 8}
+	if _, err := inW.Write([]byte("zz\r")); err != nil {
+		t.Fatal(err)
+	}
+	got := <-done
+	o := out.String()
+	if got.err != nil || got.code != 6 {
+		t.Fatalf("exec = %d, %v; output %q", got.code, got.err, o)
+	}
+	if !strings.HasPrefix(o, "/dev/pts/") || !strings.Contains(o, "\r\n12 66\r\nxterm-256color\r\ne\r\nready\r\n") || !strings.Contains(o, "got:zz\r\n") || errb.String() != "" {
+		t.Fatalf("stdout %q, stderr %q", o, errb.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer that a test can read while Exec writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 func TestStdinToStdoutLarge(t *testing.T) {
 	srv := sshdtest.Start(t)
 	c := newClient(t, srv, nil)
@@ -188,6 +249,24 @@ func TestTimeoutKillsProcessTree(t *testing.T) {
 		Timeout: 500 * time.Millisecond,
 	})
 	if r.err != nil || r.code != relay.ExitTimeout || r.stdout != "started\n" {
+		t.Fatalf("code=%d err=%v stdout=%q, want %d and the output so far", r.code, r.err, r.stdout, relay.ExitTimeout)
+	}
+	relaytest.WaitNoMarked(t, m, 5*time.Second)
+}
+
+// TestTTYTimeoutKillsProcessTree: on a terminal sshd makes the shell a
+// session leader of its own; the stop still reaches its whole group.
+func TestTTYTimeoutKillsProcessTree(t *testing.T) {
+	srv := sshdtest.Start(t)
+	c := newClient(t, srv, nil)
+	m := marker(t)
+	r := run(testCtx(t), c, &relay.Command{
+		Argv:    []string{"sh", "-c", "echo started; sleep 600 & sleep 600; wait"},
+		Env:     map[string]string{"FERRY_MARKER": m},
+		Timeout: 500 * time.Millisecond,
+		TTY:     true,
+	})
+	if r.err != nil || r.code != relay.ExitTimeout || !strings.HasPrefix(r.stdout, "started\r\n") {
 		t.Fatalf("code=%d err=%v stdout=%q, want %d and the output so far", r.code, r.err, r.stdout, relay.ExitTimeout)
 	}
 	relaytest.WaitNoMarked(t, m, 5*time.Second)

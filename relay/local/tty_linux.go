@@ -1,0 +1,177 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/relay/internal/ptyio"
+)
+
+// defaultSize is a terminal's size when the caller gives none, as sshd and
+// OpenShell's gateway default it.
+var defaultSize = relay.WindowSize{Cols: 80, Rows: 24}
+
+// execTTY is Exec for a command that asked for a terminal: c runs on a
+// fresh pseudo-terminal as the leader of its own session, so that the
+// terminal is its controlling one and killGroup still reaches its group.
+func (r *Runner) execTTY(ctx context.Context, cmd *relay.Command, c *exec.Cmd) (int, error) {
+	master, slave, err := ptyio.Open()
+	if err != nil {
+		return 0, fmt.Errorf("open pty: %w", err)
+	}
+	size := cmd.Size
+	if size == (relay.WindowSize{}) {
+		size = defaultSize
+	}
+	if err := ptyio.SetSize(master, size.Cols, size.Rows); err != nil {
+		closeAll(master, slave)
+		return 0, fmt.Errorf("set pty size: %w", err)
+	}
+	c.Stdin, c.Stdout, c.Stderr = slave, slave, slave
+	c.SysProcAttr = ptyio.SysProcAttr()
+	stdout := orDiscard(cmd.Stdout)
+	if err := c.Start(); err != nil {
+		closeAll(master, slave)
+		if code, ok := startFailureCode(err); ok {
+			// On a terminal, the shell's complaint would be output too.
+			fmt.Fprintf(stdout, "%s: %v\r\n", cmd.Argv[0], err)
+			return code, nil
+		}
+		return 0, fmt.Errorf("start %s: %w", cmd.Argv[0], err)
+	}
+	// Only the child may hold the slave: the master reads EIO, our EOF,
+	// once every holder has gone.
+	slave.Close()
+	pid := c.Process.Pid
+
+	// Not waited for, as Exec's pipe pump: closing master ends it.
+	stdinErr := make(chan error, 1)
+	go ttyPump(cmd.Stdin, master, r.cfg.ChunkSize, stdinErr)
+
+	copyErr := make(chan error, 1)
+	outputDone := make(chan struct{})
+	go func() {
+		defer close(outputDone)
+		if err := copyOut(stdout, master, r.cfg.ChunkSize); err != nil {
+			copyErr <- err
+		}
+	}()
+
+	stopResize := make(chan struct{})
+	resizeDone := make(chan struct{})
+	go func() {
+		defer close(resizeDone)
+		for {
+			select {
+			case ws, ok := <-cmd.Resize:
+				if !ok {
+					return
+				}
+				// A terminal that is gone has no size to set.
+				_ = ptyio.SetSize(master, ws.Cols, ws.Rows)
+			case <-stopResize:
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stopResize)
+		<-resizeDone
+	}()
+
+	exited := make(chan error, 1)
+	go func() { exited <- awaitExit(pid) }()
+
+	var timeout <-chan time.Time
+	if cmd.Timeout > 0 {
+		t := time.NewTimer(cmd.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	finish := func() {
+		killGroup(pid)
+		<-exited
+		c.Wait()
+		master.Close()
+		<-outputDone
+	}
+
+	var awaitErr error
+	select {
+	case <-ctx.Done():
+		finish()
+		return 0, ctx.Err()
+	case <-timeout:
+		finish()
+		return relay.ExitTimeout, nil
+	case err := <-stdinErr:
+		finish()
+		return 0, fmt.Errorf("read stdin: %w", err)
+	case err := <-copyErr:
+		finish()
+		return 0, fmt.Errorf("exec %s: %w", cmd.Argv[0], err)
+	case awaitErr = <-exited:
+	}
+	grace := time.NewTimer(r.cfg.OutputGrace)
+	defer grace.Stop()
+	select {
+	case <-outputDone:
+	case <-grace.C:
+		// A background child keeps the terminal open: what it has not
+		// written by now is not the command's output.
+		killGroup(pid)
+		master.Close()
+		<-outputDone
+	case <-ctx.Done():
+		killGroup(pid)
+		c.Wait()
+		master.Close()
+		<-outputDone
+		return 0, ctx.Err()
+	}
+	master.Close()
+	waitErr := c.Wait()
+	if awaitErr != nil && waitErr == nil {
+		waitErr = awaitErr
+	}
+	select {
+	case err := <-stdinErr:
+		return 0, fmt.Errorf("read stdin: %w", err)
+	default:
+	}
+	select {
+	case err := <-copyErr:
+		return 0, fmt.Errorf("exec %s: %w", cmd.Argv[0], err)
+	default:
+	}
+	return r.exitCode(c.ProcessState, waitErr)
+}
+
+// ttyPump types the caller's stdin at the terminal. Its EOF is no EOF to
+// the process (a terminal's is ^D, which is the caller's to send), so
+// nothing is closed then; a read error is reported for Exec to kill the
+// process, as pump does.
+func ttyPump(src io.Reader, master *os.File, size int, failed chan<- error) {
+	if src == nil {
+		return
+	}
+	w := &pipeWriter{f: master}
+	var err error
+	if wt, ok := src.(io.WriterTo); ok {
+		_, err = wt.WriteTo(w)
+	} else {
+		_, err = io.CopyBuffer(w, onlyReader{src}, make([]byte, size))
+	}
+	if err != nil && w.err == nil && !errors.Is(err, io.EOF) {
+		failed <- err
+	}
+}
+
+// onlyReader hides a reader's WriteTo, so that CopyBuffer uses the buffer.
+type onlyReader struct{ io.Reader }
