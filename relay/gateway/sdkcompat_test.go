@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,6 +201,17 @@ func TestSDKLifecycle(t *testing.T) {
 				t.Fatalf("after stop and start: kept = %q", r.stdout.String())
 			}
 
+			// `openshell sandbox exec --tty` (crates/openshell-cli run.rs):
+			// the streaming RPC, tty with the terminal's size, keys typed.
+			r = execInteractive(ctx, c, &openshellv1.ExecSandboxRequest{
+				SandboxId: id, Command: []string{"sh", "-c", "stty size; read x; echo got:$x; exit 5"},
+				Tty: true, Cols: 100, Rows: 30,
+			}, []byte("typed\r"))
+			wantExit(t, r, 5)
+			if out := r.stdout.String(); !strings.Contains(out, "30 100\r\n") || !strings.Contains(out, "got:typed\r\n") {
+				t.Fatalf("tty exec output %q", out)
+			}
+
 			// WorkspaceClient.create(name="team"), then a sandbox of the
 			// same name there.
 			if _, err := c.CreateWorkspace(ctx, &openshellv1.CreateWorkspaceRequest{Name: "team"}); err != nil {
@@ -270,6 +282,12 @@ func ferryClientLifecycle(t *testing.T, g *gatewaytest.Gateway) {
 	out.Reset()
 	if code, err := c.Exec(ctx, &relay.Command{Sandbox: name, Argv: []string{"cat", "kept"}, Stdout: &out}); err != nil || code != 0 || out.String() != "one\n" {
 		t.Fatalf("after Start: %d, %v, %q", code, err, out.String())
+	}
+	out.Reset()
+	code, err = c.Exec(ctx, &relay.Command{Sandbox: name, Argv: []string{"sh", "-c", "stty size; read x; echo got:$x; exit 5"},
+		TTY: true, Size: relay.WindowSize{Cols: 100, Rows: 30}, Stdin: strings.NewReader("typed\r"), Stdout: &out})
+	if err != nil || code != 5 || !strings.Contains(out.String(), "30 100\r\n") || !strings.Contains(out.String(), "got:typed\r\n") {
+		t.Fatalf("tty exec through ferry's client: %d, %v, %q", code, err, out.String())
 	}
 	if err := c.Delete(ctx, name); err != nil {
 		t.Fatal(err)

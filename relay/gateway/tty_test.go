@@ -184,7 +184,7 @@ func TestTTYStop(t *testing.T) {
 	t.Run("Delete", func(t *testing.T) {
 		marker := newMarker(t)
 		ctx := ctxFor(t)
-		sb := createReady(t, b.c, &openshellv1.CreateSandboxRequest{Name: "doomed"})
+		sb := createReady(t, b.c, &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "doomed"})
 		s, err := startExec(ctx, b.c, "ExecSandboxInteractive", &openshellv1.ExecSandboxRequest{
 			SandboxId: sb.GetMetadata().GetId(), Command: []string{"sh", "-c", "sleep 600 & echo ready; sleep 600; wait"},
 			Environment: map[string]string{"FERRY_MARKER": marker}, Tty: true,
