@@ -292,6 +292,16 @@ func ferryClientLifecycle(t *testing.T, g *gatewaytest.Gateway) {
 	if err := c.Delete(ctx, name); err != nil {
 		t.Fatal(err)
 	}
+	settings := g.Settings
+	settings.Workspace = "ghost"
+	ghost, err := openshell.Dial(openshell.Config{Settings: settings})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ghost.Close() })
+	if _, err := ghost.List(ctx); !errors.Is(err, openshell.ErrNoWorkspace) || errors.Is(err, relay.ErrNotFound) || !strings.Contains(err.Error(), "ghost") {
+		t.Fatalf("a missing workspace: err = %v, want ErrNoWorkspace naming it, not a missing sandbox", err)
+	}
 }
 
 func names(sbs []*openshellv1.Sandbox) []string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -201,9 +202,17 @@ var ErrInvalidRequest = errors.New("openshell: invalid request")
 // refused, TLS handshake failed).
 var ErrUnreachable = errors.New("openshell: gateway unreachable")
 
+// ErrNoWorkspace means the client's workspace does not exist on the
+// gateway. It is not relay.ErrNotFound: no sandbox lookup was made.
+var ErrNoWorkspace = errors.New("openshell: workspace not found")
+
 // lifecycleError is statusError, except that UNAVAILABLE outside an exec
-// means the gateway itself could not be reached.
+// means the gateway itself could not be reached, and NOT_FOUND for the
+// workspace is not a missing sandbox.
 func (c *Client) lifecycleError(action string, err error) error {
+	if status.Code(err) == codes.NotFound && strings.HasPrefix(status.Convert(err).Message(), "workspace '") {
+		return fmt.Errorf("%s in workspace %s: %w", action, c.cfg.Workspace, ErrNoWorkspace)
+	}
 	switch status.Code(err) {
 	case codes.Unavailable:
 		return fmt.Errorf("%s: %w at %s: %s", action, ErrUnreachable, c.cfg.Endpoint, status.Convert(err).Message())
