@@ -13,7 +13,7 @@ import (
 	"time"
 	"unicode"
 
-	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
+	"github.com/ferry-dev/ferry/relay/openshell"
 )
 
 // AuditFile is the name of the audit artifact in a pull's output directory.
@@ -23,7 +23,7 @@ const AuditFile = "openshell-audit.log"
 // *openshell.Client is one (GetSandboxLogs); a direct SSH channel has no
 // gateway and so no log.
 type LogSource interface {
-	SandboxLogs(ctx context.Context, sandbox string) ([]*openshellv1.SandboxLogLine, error)
+	SandboxLogs(ctx context.Context, sandbox string) ([]openshell.LogLine, error)
 }
 
 // AuditResult says where the audit artifact went and how many records it
@@ -115,17 +115,17 @@ func writeAtomic(path string, fill func(*bufio.Writer) error) (err error) {
 // backslash or a character that is not printable, is written as a
 // Go-quoted string, so that a line always splits back into its parts: the
 // message runs up to the first key=value.
-func FormatLogLine(l *openshellv1.SandboxLogLine) string {
+func FormatLogLine(l openshell.LogLine) string {
 	var b strings.Builder
-	b.WriteString(time.UnixMilli(l.GetTimestampMs()).UTC().Format(time.RFC3339Nano))
+	b.WriteString(l.Time.UTC().Format(time.RFC3339Nano))
 	b.WriteByte(' ')
-	b.WriteString(logWord(l.GetLevel(), "-", false))
+	b.WriteString(logWord(l.Level, "-", false))
 	b.WriteByte(' ')
-	b.WriteString(logWord(l.GetSource(), "gateway", false))
+	b.WriteString(logWord(l.Source, "gateway", false))
 	b.WriteByte(' ')
-	b.WriteString(logWord(l.GetMessage(), `""`, true))
-	keys := make([]string, 0, len(l.GetFields()))
-	for k := range l.GetFields() {
+	b.WriteString(logWord(l.Message, `""`, true))
+	keys := make([]string, 0, len(l.Fields))
+	for k := range l.Fields {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
@@ -133,7 +133,7 @@ func FormatLogLine(l *openshellv1.SandboxLogLine) string {
 		b.WriteByte(' ')
 		b.WriteString(logWord(k, `""`, false))
 		b.WriteByte('=')
-		b.WriteString(logWord(l.GetFields()[k], `""`, false))
+		b.WriteString(logWord(l.Fields[k], `""`, false))
 	}
 	return b.String()
 }

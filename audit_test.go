@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferry-dev/ferry"
-	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/openshell"
@@ -22,20 +22,20 @@ func TestFormatLogLine(t *testing.T) {
 	const ts = 1764525600123 // 2025-11-30T18:00:00.123Z
 	for _, tc := range []struct {
 		name string
-		line *openshellv1.SandboxLogLine
+		line openshell.LogLine
 		want string
 	}{
-		{"exec", &openshellv1.SandboxLogLine{TimestampMs: ts, Level: "INFO", Source: "gateway", Message: "exec", Fields: map[string]string{
+		{"exec", openshell.LogLine{Time: time.UnixMilli(ts), Level: "INFO", Source: "gateway", Message: "exec", Fields: map[string]string{
 			"argv": "sh -c 'exit 3'", "exit_code": "3", "end": "exit", "env_keys": "A,B", "stdin_bytes": "0",
 		}}, `2025-11-30T18:00:00.123Z INFO gateway exec argv="sh -c 'exit 3'" end=exit env_keys=A,B exit_code=3 stdin_bytes=0`},
-		{"message with spaces", &openshellv1.SandboxLogLine{TimestampMs: ts - 123, Level: "INFO", Message: "sandbox created", Fields: map[string]string{"name": "box"}},
+		{"message with spaces", openshell.LogLine{Time: time.UnixMilli(ts - 123), Level: "INFO", Message: "sandbox created", Fields: map[string]string{"name": "box"}},
 			`2025-11-30T18:00:00Z INFO gateway sandbox created name=box`},
-		{"empty parts", &openshellv1.SandboxLogLine{TimestampMs: ts, Fields: map[string]string{"k": ""}},
+		{"empty parts", openshell.LogLine{Time: time.UnixMilli(ts), Fields: map[string]string{"k": ""}},
 			`2025-11-30T18:00:00.123Z - gateway "" k=""`},
-		{"hostile parts stay on one line", &openshellv1.SandboxLogLine{TimestampMs: ts, Level: "IN FO", Source: "sand\nbox", Message: "two\nlines k=v", Fields: map[string]string{
+		{"hostile parts stay on one line", openshell.LogLine{Time: time.UnixMilli(ts), Level: "IN FO", Source: "sand\nbox", Message: "two\nlines k=v", Fields: map[string]string{
 			"a b": "c\rd", "q": `say "hi"`, "eq": "a=b", "bs": `a\b`, " ": " ",
 		}}, `2025-11-30T18:00:00.123Z "IN FO" "sand\nbox" "two\nlines k=v" " "=" " "a b"="c\rd" bs="a\\b" eq="a=b" q="say \"hi\""`},
-		{"message with spaces at its ends", &openshellv1.SandboxLogLine{TimestampMs: ts, Level: "WARN", Message: " padded "},
+		{"message with spaces at its ends", openshell.LogLine{Time: time.UnixMilli(ts), Level: "WARN", Message: " padded "},
 			`2025-11-30T18:00:00.123Z WARN gateway " padded "`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -47,20 +47,20 @@ func TestFormatLogLine(t *testing.T) {
 }
 
 type fakeLogs struct {
-	lines []*openshellv1.SandboxLogLine
+	lines []openshell.LogLine
 	err   error
 }
 
-func (f fakeLogs) SandboxLogs(context.Context, string) ([]*openshellv1.SandboxLogLine, error) {
+func (f fakeLogs) SandboxLogs(context.Context, string) ([]openshell.LogLine, error) {
 	return f.lines, f.err
 }
 
 func TestPullAuditFile(t *testing.T) {
 	ctx := context.Background()
 	out := filepath.Join(t.TempDir(), "out")
-	src := fakeLogs{lines: []*openshellv1.SandboxLogLine{
-		{TimestampMs: 1000, Level: "INFO", Message: "one"},
-		{TimestampMs: 2000, Level: "WARN", Message: "two"},
+	src := fakeLogs{lines: []openshell.LogLine{
+		{Time: time.UnixMilli(1000), Level: "INFO", Message: "one"},
+		{Time: time.UnixMilli(2000), Level: "WARN", Message: "two"},
 	}}
 	res, err := ferry.PullAudit(ctx, src, "box", out)
 	if err != nil {

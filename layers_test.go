@@ -65,6 +65,36 @@ func TestImportsPointDown(t *testing.T) {
 	}
 }
 
+// TestOpenShellWireStopsInRelay fails when code outside relay/ (tests
+// aside) imports OpenShell's wire types: relay/openshell speaks for them,
+// in its own types (Spec, Info, LogLine).
+func TestOpenShellWireStopsInRelay(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	wire := module + "/proto/openshell/"
+	users := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := fields[0]
+		for _, imp := range fields[1:] {
+			if !strings.HasPrefix(imp, wire) {
+				continue
+			}
+			users++
+			if !strings.HasPrefix(pkg, module+"/relay/") && !strings.HasPrefix(pkg, module+"/proto/") {
+				t.Errorf("%s imports %s: OpenShell's wire types stop in relay/", pkg, imp)
+			}
+		}
+	}
+	if users == 0 {
+		t.Fatal("no package imports the OpenShell protos: a broken listing")
+	}
+}
+
 func layerName(i int) string {
 	if layers[i] == "" {
 		return "the root package"

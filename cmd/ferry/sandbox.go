@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 	"github.com/ferry-dev/ferry/relay/openshell"
 )
 
@@ -40,7 +39,7 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printSandboxes(s.out, g, false, sb)
+				return printSandboxes(s.out, g, false, openshell.Describe(sb))
 			})
 		},
 	}
@@ -57,7 +56,7 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printSandboxes(s.out, g, false, sb)
+				return printSandboxes(s.out, g, false, openshell.Describe(sb))
 			})
 		},
 	}
@@ -88,7 +87,7 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printSandboxes(s.out, g, false, sb)
+				return printSandboxes(s.out, g, false, openshell.Describe(sb))
 			})
 		},
 	}
@@ -102,7 +101,7 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printSandboxes(s.out, g, false, sb)
+				return printSandboxes(s.out, g, false, openshell.Describe(sb))
 			})
 		},
 	}
@@ -116,7 +115,11 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printSandboxes(s.out, g, true, all...)
+				infos := make([]openshell.Info, len(all))
+				for i, sb := range all {
+					infos[i] = openshell.Describe(sb)
+				}
+				return printSandboxes(s.out, g, true, infos...)
 			})
 		},
 	}
@@ -133,20 +136,15 @@ type sandboxJSON struct {
 	Created   string `json:"created,omitempty"`
 }
 
-func toJSON(sb *openshellv1.Sandbox) sandboxJSON {
-	j := sandboxJSON{
-		Name:      sb.GetMetadata().GetName(),
-		ID:        sb.GetMetadata().GetId(),
-		Workspace: sb.GetMetadata().GetWorkspace(),
-		Phase:     openshell.PhaseName(sb.GetStatus().GetPhase()),
-	}
-	if ms := sb.GetMetadata().GetCreatedAtMs(); ms > 0 {
-		j.Created = time.UnixMilli(ms).UTC().Format(time.RFC3339)
+func toJSON(i openshell.Info) sandboxJSON {
+	j := sandboxJSON{Name: i.Name, ID: i.ID, Workspace: i.Workspace, Phase: i.Phase}
+	if !i.Created.IsZero() {
+		j.Created = i.Created.UTC().Format(time.RFC3339)
 	}
 	return j
 }
 
-func printSandboxes(w io.Writer, g *globals, list bool, sbs ...*openshellv1.Sandbox) error {
+func printSandboxes(w io.Writer, g *globals, list bool, sbs ...openshell.Info) error {
 	if g.json {
 		enc := json.NewEncoder(w)
 		if !list {

@@ -186,8 +186,15 @@ func TestGetSandboxLogsRecords(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 	defer cancel()
 	lines, err := f.c.SandboxLogs(ctx, "box")
-	if err != nil || messages(lines) != messages(logs) {
-		t.Errorf("SandboxLogs: %q, %v; want %q", messages(lines), err, messages(logs))
+	var got []string
+	for _, l := range lines {
+		got = append(got, l.Message)
+	}
+	if err != nil || strings.Join(got, ",") != messages(logs) {
+		t.Errorf("SandboxLogs: %q, %v; want %q", got, err, messages(logs))
+	}
+	if len(lines) > 0 && (lines[0].Time.UnixMilli() != logs[0].GetTimestampMs() || lines[0].Level != logs[0].GetLevel() || lines[0].Source != logs[0].GetSource()) {
+		t.Errorf("SandboxLogs' first record %+v, want %v", lines[0], logs[0])
 	}
 	if _, err := f.c.SandboxLogs(ctx, "nosuch"); !errors.Is(err, relay.ErrNotFound) {
 		t.Errorf("SandboxLogs of an unknown sandbox: %v, want relay.ErrNotFound", err)

@@ -2,9 +2,19 @@ package openshell
 
 import (
 	"context"
+	"time"
 
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 )
+
+// LogLine is one of the gateway's log records for a sandbox.
+type LogLine struct {
+	Time    time.Time
+	Level   string // "INFO", "WARN", ...; may be empty
+	Source  string // "gateway", "sandbox", ...; empty is upstream's "gateway"
+	Message string
+	Fields  map[string]string
+}
 
 // SandboxLogs returns the gateway's log records for the sandbox called
 // name, oldest first: GetSandbox for its id, then GetSandboxLogs with the
@@ -13,7 +23,7 @@ import (
 // choice; ferry's embedded gateway logs each exec's argv, workdir,
 // environment keys, exit code and byte counts, never stdin or environment
 // values.
-func (c *Client) SandboxLogs(ctx context.Context, name string) ([]*openshellv1.SandboxLogLine, error) {
+func (c *Client) SandboxLogs(ctx context.Context, name string) ([]LogLine, error) {
 	sb, err := c.Get(ctx, name)
 	if err != nil {
 		return nil, err
@@ -25,5 +35,9 @@ func (c *Client) SandboxLogs(ctx context.Context, name string) ([]*openshellv1.S
 	if err != nil {
 		return nil, c.lifecycleError("get logs of sandbox "+name, err)
 	}
-	return resp.GetLogs(), nil
+	out := make([]LogLine, 0, len(resp.GetLogs()))
+	for _, l := range resp.GetLogs() {
+		out = append(out, LogLine{Time: time.UnixMilli(l.GetTimestampMs()), Level: l.GetLevel(), Source: l.GetSource(), Message: l.GetMessage(), Fields: l.GetFields()})
+	}
+	return out, nil
 }

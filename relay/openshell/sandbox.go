@@ -223,6 +223,33 @@ func (c *Client) lifecycleError(action string, err error) error {
 	return statusError(action, err)
 }
 
+// Info is a sandbox as ferry shows it: the fields of upstream's Sandbox
+// that a person or a script asks for.
+type Info struct {
+	Name      string
+	ID        string
+	Workspace string
+	// Phase is PhaseName's: "ready", "provisioning", "stopped", ...
+	Phase   string
+	Created time.Time // zero if the gateway did not say
+	Labels  map[string]string
+}
+
+// Describe is sb as an Info.
+func Describe(sb *openshellv1.Sandbox) Info {
+	i := Info{
+		Name:      sb.GetMetadata().GetName(),
+		ID:        sb.GetMetadata().GetId(),
+		Workspace: sb.GetMetadata().GetWorkspace(),
+		Phase:     PhaseName(sb.GetStatus().GetPhase()),
+		Labels:    sb.GetMetadata().GetLabels(),
+	}
+	if ms := sb.GetMetadata().GetCreatedAtMs(); ms > 0 {
+		i.Created = time.UnixMilli(ms)
+	}
+	return i
+}
+
 // PhaseName is a phase without its enum prefix, lower case: "ready".
 func PhaseName(p openshellv1.SandboxPhase) string {
 	const prefix = "SANDBOX_PHASE_"
