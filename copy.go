@@ -20,11 +20,11 @@ import (
 type Sandbox struct {
 	X    relay.Execer
 	Name string
-	// Mode chooses agent or POSIX mode; the zero value is ModeAuto.
-	Mode Mode
+	// Mode chooses agent or POSIX mode; the zero value is transfer.ModeAuto.
+	Mode transfer.Mode
 	// Compress is how agent mode compresses data on the wire.
 	Compress frame.Mode
-	// Agents are the agent builds to install; without them ModeAuto is
+	// Agents are the agent builds to install; without them transfer.ModeAuto is
 	// POSIX mode.
 	Agents agent.Bundle
 	// IdleTimeout ends an Upload, Download, Pull, SaveSession or
@@ -40,30 +40,6 @@ type Sandbox struct {
 	// discards it.
 	Logger *slog.Logger
 }
-
-// CopyStats is what a copy moved, in the shape `ferry cp --json` prints.
-type CopyStats = transfer.Stats
-
-// Mode is how files move (transfer.Mode).
-type Mode = transfer.Mode
-
-// The modes, as in package transfer.
-const (
-	ModeAuto  = transfer.ModeAuto
-	ModeAgent = transfer.ModeAgent
-	ModePOSIX = transfer.ModePOSIX
-)
-
-// ParseMode parses the --mode values "auto", "agent" and "posix".
-func ParseMode(s string) (Mode, error) { return transfer.ParseMode(s) }
-
-// The copy sentinels, as in package transfer, so that callers of this
-// package branch on one set whatever the mode.
-var (
-	ErrNoSource = transfer.ErrNoSource
-	ErrNotDir   = transfer.ErrNotDir
-	ErrShort    = transfer.ErrShort
-)
 
 // target is what transfer.Open needs of s.
 func (s Sandbox) target() transfer.Target {
@@ -88,24 +64,24 @@ func (s Sandbox) log() *slog.Logger {
 // dst/basename, a directory to a missing path creates it with the
 // directory's contents, "src/." copies the contents, a file to a missing
 // path is a rename, and several sources need an existing directory.
-func Upload(ctx context.Context, sb Sandbox, srcs []string, dst string) (_ CopyStats, err error) {
+func Upload(ctx context.Context, sb Sandbox, srcs []string, dst string) (_ transfer.Stats, err error) {
 	start := time.Now()
 	if len(srcs) == 0 {
-		return CopyStats{}, errors.New("upload: no sources")
+		return transfer.Stats{}, errors.New("upload: no sources")
 	}
 	ctx, sb, idle := sb.watchIdle(ctx, fmt.Sprintf("upload to %s:%s", sb.Name, dst))
 	defer func() { err = idle.end(err) }()
 	r, err := sb.open(ctx)
 	if err != nil {
-		return CopyStats{}, err
+		return transfer.Stats{}, err
 	}
 	defer r.Close()
 	cs, err := transfer.Upload(ctx, r, srcs, dst)
 	if err != nil {
-		return CopyStats{}, err
+		return transfer.Stats{}, err
 	}
 	if err := r.Close(); err != nil {
-		return CopyStats{}, fmt.Errorf("upload to %s:%s: %w", sb.Name, dst, err)
+		return transfer.Stats{}, fmt.Errorf("upload to %s:%s: %w", sb.Name, dst, err)
 	}
 	cs.Seconds, cs.Mode = time.Since(start).Seconds(), r.Mode().String()
 	return cs, nil
@@ -115,26 +91,26 @@ func Upload(ctx context.Context, sb Sandbox, srcs []string, dst string) (_ CopyS
 // semantics as Upload. Nothing is placed until the whole stream has been
 // checked, and only the sources asked for are placed: a stream that
 // carries anything else is refused (archive.ErrUnrequested).
-func Download(ctx context.Context, sb Sandbox, srcs []string, dst string, limits archive.Limits) (_ CopyStats, err error) {
+func Download(ctx context.Context, sb Sandbox, srcs []string, dst string, limits archive.Limits) (_ transfer.Stats, err error) {
 	start := time.Now()
 	if len(srcs) == 0 {
-		return CopyStats{}, errors.New("download: no sources")
+		return transfer.Stats{}, errors.New("download: no sources")
 	}
 	ctx, sb, idle := sb.watchIdle(ctx, fmt.Sprintf("download %s:%s", sb.Name, strings.Join(srcs, ",")))
 	defer func() { err = idle.end(err) }()
 	r, err := sb.open(ctx)
 	if err != nil {
-		return CopyStats{}, err
+		return transfer.Stats{}, err
 	}
 	defer r.Close()
 	total, err := transfer.Download(ctx, r, srcs, dst, limits)
 	if err != nil {
-		return CopyStats{}, err
+		return transfer.Stats{}, err
 	}
-	// "Nothing arrived where something was asked" is ErrShort, against
+	// "Nothing arrived where something was asked" is transfer.ErrShort, against
 	// the sandbox's own count; an empty directory is a whole copy.
 	if err := r.Close(); err != nil {
-		return CopyStats{}, fmt.Errorf("download from %s: %w", sb.Name, err)
+		return transfer.Stats{}, fmt.Errorf("download from %s: %w", sb.Name, err)
 	}
 	total.Seconds = time.Since(start).Seconds()
 	total.Mode = r.Mode().String()

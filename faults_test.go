@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-dev/ferry/transfer"
+
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/relay/gateway"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
@@ -26,7 +28,7 @@ import (
 // is the machine's temp dir, which every test gateway's sandboxes share.
 func warmAgent(t *testing.T) {
 	t.Helper()
-	warm := newEnv(t, ferry.ModeAgent)
+	warm := newEnv(t, transfer.ModeAgent)
 	if _, err := ferry.Upload(ctx(t), warm.sb, []string{t.TempDir()}, "warm"); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,7 @@ func TestAgentCorruptedByte(t *testing.T) {
 			g := gatewaytest.Start(t, gatewaytest.Options{Config: gateway.Config{CorruptStdinAfter: at, CorruptStdoutAfter: at}})
 			c := g.Client(t, openshell.Config{})
 			g.Sandbox(t, c, "box")
-			sb := sandboxFor(t, c, ferry.ModeAgent)
+			sb := sandboxFor(t, c, transfer.ModeAgent)
 			_, err := ferry.Upload(ctx(t), sb, []string{filepath.Join(local, "tree")}, "up")
 			if err == nil {
 				t.Fatalf("upload with byte %d flipped succeeded", at)
@@ -84,7 +86,7 @@ func TestAgentCorruptedByte(t *testing.T) {
 // TestAgentKilledMidTransfer kills the agent (SIGKILL) while it receives an
 // upload and while it sends a download: errors, and nothing placed.
 func TestAgentKilledMidTransfer(t *testing.T) {
-	e := newEnv(t, ferry.ModeAgent)
+	e := newEnv(t, transfer.ModeAgent)
 	warmAgent(t)
 	local := t.TempDir()
 	noiseTree(t, local, 200, 11) // about 25 MiB
@@ -215,12 +217,12 @@ func TestAutoFallsBackToPOSIX(t *testing.T) {
 	}
 	src := t.TempDir()
 	write(t, src, map[string]string{"a.txt": "A"})
-	sb := sandboxFor(t, x, ferry.ModeAuto)
+	sb := sandboxFor(t, x, transfer.ModeAuto)
 	st, err := ferry.Upload(ctx(t), sb, []string{filepath.Join(src, "a.txt")}, "a.txt")
 	if err != nil || st.Mode != "posix" {
 		t.Fatalf("auto: %+v %v, want a POSIX-mode copy", st, err)
 	}
-	sb.Mode = ferry.ModeAgent
+	sb.Mode = transfer.ModeAgent
 	_, err = ferry.Upload(ctx(t), sb, []string{filepath.Join(src, "a.txt")}, "b.txt")
 	if !errors.Is(err, agent.ErrUnavailable) || !strings.Contains(err.Error(), "/dev/null/nowhere") {
 		t.Fatalf("agent mode: %v, want ErrUnavailable naming the temp dir", err)

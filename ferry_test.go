@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-dev/ferry/transfer"
+
 	"go.uber.org/goleak"
 
 	"github.com/ferry-dev/ferry"
@@ -37,7 +39,7 @@ type env struct {
 	root string // the sandbox's directory
 }
 
-func newEnv(t *testing.T, mode ferry.Mode) env { return newEnvVia(t, variant{Mode: mode}) }
+func newEnv(t *testing.T, mode transfer.Mode) env { return newEnvVia(t, variant{Mode: mode}) }
 
 // newEnvVia is newEnv for one variant: its mode over its transport.
 func newEnvVia(t *testing.T, v variant) env {
@@ -50,12 +52,12 @@ func newEnvVia(t *testing.T, v variant) env {
 
 // modes are what every transfer test runs in: the sandbox's own tools, and
 // ferry's agent.
-var modes = []ferry.Mode{ferry.ModePOSIX, ferry.ModeAgent}
+var modes = []transfer.Mode{transfer.ModePOSIX, transfer.ModeAgent}
 
 // variant is one way a test reaches its sandbox: a transfer mode over a
 // transport, the gateway's exec RPCs or SSH over its ForwardTcp relay.
 type variant struct {
-	ferry.Mode
+	transfer.Mode
 	ssh bool
 }
 
@@ -74,9 +76,9 @@ func forModes(t *testing.T, f func(*testing.T, variant)) {
 }
 
 // sandboxFor is sandbox "box" through x in mode m.
-func sandboxFor(t *testing.T, x relay.Execer, m ferry.Mode) ferry.Sandbox {
+func sandboxFor(t *testing.T, x relay.Execer, m transfer.Mode) ferry.Sandbox {
 	sb := ferry.Sandbox{X: x, Name: "box", Mode: m}
-	if m != ferry.ModePOSIX {
+	if m != transfer.ModePOSIX {
 		sb.Agents = agenttest.Bundle(t)
 	}
 	return sb
@@ -209,9 +211,9 @@ func testCopySemantics(t *testing.T, mode variant) {
 		{"SeveralIntoExistingDir", map[string]string{"d/": ""}, []string{"file.txt", "other.txt", "dir with space"}, "d",
 			map[string]string{"d/": "", "d/file.txt": "F", "d/other.txt": "O", "d/dir with space/": "", "d/dir with space/x": "X"}, nil},
 		{"SeveralToMissingPath", nil, []string{"file.txt", "other.txt"}, "nope",
-			map[string]string{}, ferry.ErrNotDir},
+			map[string]string{}, transfer.ErrNotDir},
 		{"MissingSource", nil, []string{"absent"}, "d2",
-			map[string]string{}, ferry.ErrNoSource},
+			map[string]string{}, transfer.ErrNoSource},
 		{"DirOverFile", map[string]string{"t.txt": "old"}, []string{"dir"}, "t.txt",
 			map[string]string{"t.txt": "old"}, errAny},
 	}
@@ -417,7 +419,7 @@ func testLoginBanner(t *testing.T, mode variant) {
 // they are written, each once, the last ones too (shown from the pulled
 // copy if the follow had not reached them).
 func TestRunShowsLinesLive(t *testing.T) {
-	e := newEnv(t, ferry.ModeAgent)
+	e := newEnv(t, transfer.ModeAgent)
 	out := filepath.Join(t.TempDir(), "run")
 	var lines syncBuffer
 	script := `mkdir -p rascal-meta; echo '{"exit_code":0}' > rascal-meta/meta.json; ` +

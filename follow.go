@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/follow"
 )
@@ -37,8 +38,8 @@ type FollowSpec struct {
 // written: nothing is lost or doubled. However it ends, what arrived is
 // written. The end of ctx is a clean end: Follow returns nil.
 func Follow(ctx context.Context, sb Sandbox, spec FollowSpec) error {
-	if sb.Mode == ModePOSIX {
-		return fmt.Errorf("follow %s: %w (not --mode posix)", sb.Name, ErrAgentRequired)
+	if sb.Mode == transfer.ModePOSIX {
+		return fmt.Errorf("follow %s: %w (not --mode posix)", sb.Name, transfer.ErrAgentRequired)
 	}
 	if spec.MetaDir == "" {
 		spec.MetaDir = DefaultMetaDir
@@ -51,7 +52,7 @@ func Follow(ctx context.Context, sb Sandbox, spec FollowSpec) error {
 		Dial: func(ctx context.Context) (*agent.Client, error) {
 			c, _, err := agent.Dial(ctx, agent.DialConfig{X: sb.X, Sandbox: sb.Name, Bundle: sb.Agents, Logger: log})
 			if errors.Is(err, agent.ErrUnavailable) {
-				return nil, fmt.Errorf("follow %s: %w: %w", sb.Name, ErrAgentRequired, err)
+				return nil, fmt.Errorf("follow %s: %w: %w", sb.Name, transfer.ErrAgentRequired, err)
 			}
 			return c, err
 		},

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-dev/ferry/transfer"
+
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/gateway"
@@ -37,7 +39,7 @@ func (c *countingExecer) Exec(ctx context.Context, cmd *relay.Command) (int, err
 func TestFollowSurvivesRelayDrops(t *testing.T) {
 	// The agent is installed through a gateway that does not cut (the
 	// cache is the machine's temp dir, shared by both gateways' sandboxes).
-	warm := newEnv(t, ferry.ModeAgent)
+	warm := newEnv(t, transfer.ModeAgent)
 	if _, err := ferry.Upload(ctx(t), warm.sb, []string{t.TempDir()}, "warm"); err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +48,7 @@ func TestFollowSurvivesRelayDrops(t *testing.T) {
 	c := g.Client(t, openshell.Config{})
 	g.Sandbox(t, c, "box")
 	counted := &countingExecer{x: c}
-	sb := sandboxFor(t, counted, ferry.ModeAgent)
+	sb := sandboxFor(t, counted, transfer.ModeAgent)
 	meta := filepath.Join(g.Root, "box", "rascal-meta")
 	if err := os.MkdirAll(meta, 0o755); err != nil {
 		t.Fatal(err)
@@ -110,7 +112,7 @@ func TestRunExecCountAgentMode(t *testing.T) {
 	c := g.Client(t, openshell.Config{})
 	g.Sandbox(t, c, "box")
 	counted := &countingExecer{x: c}
-	sb := sandboxFor(t, counted, ferry.ModeAgent)
+	sb := sandboxFor(t, counted, transfer.ModeAgent)
 	st, err := session.New(session.Config{Backend: mustDirBackend(t)})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-dev/ferry/transfer"
+
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/openshell"
@@ -46,8 +48,8 @@ func newHostileBox(t *testing.T, s hostile.Scenario) *hostileBox {
 	g.SandboxEnv(t, c, "box", map[string]string{"TMPDIR": tmp})
 	g.SandboxEnv(t, c, "victim", map[string]string{"TMPDIR": t.TempDir()})
 	h := &hostileBox{
-		sb:         sandboxFor(t, c, ferry.ModeAgent),
-		victim:     sandboxFor(t, c, ferry.ModeAgent),
+		sb:         sandboxFor(t, c, transfer.ModeAgent),
+		victim:     sandboxFor(t, c, transfer.ModeAgent),
 		root:       filepath.Join(g.Root, "box"),
 		victimRoot: filepath.Join(g.Root, "victim"),
 	}

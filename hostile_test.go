@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-dev/ferry/transfer"
+
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/session"
@@ -42,7 +44,7 @@ var refused = []string{
 // library → gateway → sandbox → back. Every archive must fail the copy,
 // leave nothing at the destination, and touch nothing beside it.
 func TestHostileSandboxTar(t *testing.T) {
-	e := newEnv(t, ferry.ModePOSIX)
+	e := newEnv(t, transfer.ModePOSIX)
 	fixtures, err := filepath.Abs(filepath.Join("testdata", "archives"))
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +85,7 @@ func TestHostileSandboxTar(t *testing.T) {
 // holding less than was asked for (a stream that ended early but cleanly)
 // must not pass for the whole tree.
 func TestShortTarIsCaught(t *testing.T) {
-	e := newEnv(t, ferry.ModePOSIX)
+	e := newEnv(t, transfer.ModePOSIX)
 	write(t, e.root, map[string]string{"x/a": "1", "x/b": "2", "x/c": "3", "bin/": ""})
 	// One entry of the three, with proper end blocks.
 	var short bytes.Buffer
@@ -104,7 +106,7 @@ func TestShortTarIsCaught(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), "got")
-	if _, err := ferry.Download(ctx(t), e.sb, []string{"x"}, dst, archive.Limits{}); !errors.Is(err, ferry.ErrShort) {
+	if _, err := ferry.Download(ctx(t), e.sb, []string{"x"}, dst, archive.Limits{}); !errors.Is(err, transfer.ErrShort) {
 		t.Fatalf("short archive: err = %v, want ErrShort", err)
 	}
 	if _, err := os.Lstat(dst); !os.IsNotExist(err) {
@@ -129,7 +131,7 @@ func plantTar(t *testing.T, e env, script string) {
 // a download with a given sentinel, naming the entry, through the real
 // path, with the host directory as it was.
 func TestHostileSandboxTarRefusals(t *testing.T) {
-	e := newEnv(t, ferry.ModePOSIX)
+	e := newEnv(t, transfer.ModePOSIX)
 	write(t, e.root, map[string]string{"x/file": "real", "payload/x": "x\n"})
 	for _, tc := range []struct {
 		archive string
@@ -180,7 +182,7 @@ func TestHostileSandboxTarRefusals(t *testing.T) {
 // with ErrIdle soon after the timeout; one that sends a whole archive
 // slowly but steadily, with pauses shorter than the timeout, is fine.
 func TestIdleSandboxTar(t *testing.T) {
-	e := newEnv(t, ferry.ModePOSIX)
+	e := newEnv(t, transfer.ModePOSIX)
 	write(t, e.root, map[string]string{"x/file": "real", "rascal-meta/meta.json": "{}"})
 	const timeout = 500 * time.Millisecond
 	sb := e.sb
@@ -266,7 +268,7 @@ func TestIdleSandboxTar(t *testing.T) {
 // TestIdleNotForCommands: a run's command may be silent for longer than
 // the idle timeout; only its transfers are watched.
 func TestIdleNotForCommands(t *testing.T) {
-	e := newEnv(t, ferry.ModePOSIX)
+	e := newEnv(t, transfer.ModePOSIX)
 	write(t, e.root, map[string]string{"rascal-meta/meta.json": "{}"})
 	sb := e.sb
 	sb.IdleTimeout = 300 * time.Millisecond
@@ -333,7 +335,7 @@ func (s *stallReader) Read(p []byte) (int, error) {
 // TestIdleAgentMode: in agent mode, an agent whose exec stops sending, or
 // stops reading, mid-transfer ends the Get or Put with ErrIdle.
 func TestIdleAgentMode(t *testing.T) {
-	e := newEnv(t, ferry.ModeAgent)
+	e := newEnv(t, transfer.ModeAgent)
 	big := make([]byte, 4<<20)
 	rand.Read(big)
 	write(t, e.root, map[string]string{"big": string(big)})
@@ -380,7 +382,7 @@ func TestIdleAgentMode(t *testing.T) {
 func TestHostileSandboxTarSession(t *testing.T) {
 	for _, sk := range hostileStores(t) {
 		t.Run(sk.name, func(t *testing.T) {
-			e := newEnv(t, ferry.ModePOSIX)
+			e := newEnv(t, transfer.ModePOSIX)
 			st, b := sk.open(t)
 			victim := map[string]string{"secret": "the victim's", "d/": "", "d/more": "more"}
 			write(t, filepath.Join(e.root, "sess"), victim)
@@ -419,7 +421,7 @@ func TestHostileSandboxTarSession(t *testing.T) {
 // not a stalled sandbox: it must not end as idle (which would lose the
 // session), in a run and on its own.
 func TestIdleNotForSessionWait(t *testing.T) {
-	e := newEnv(t, ferry.ModeAgent)
+	e := newEnv(t, transfer.ModeAgent)
 	b, err := local.NewDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

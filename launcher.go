@@ -57,14 +57,6 @@ type State struct {
 const ExitLost = 125
 
 var (
-	// ErrAgentRequired means the Launcher was asked to work without the
-	// agent (POSIX mode, or an agent that cannot run in the sandbox): a
-	// detached run needs the agent's supervisor, which alone keeps the
-	// exit status, the timeout and the one-start guarantee inside the
-	// sandbox. A live follow needs the agent too. It is
-	// transfer.ErrAgentRequired, the one sentinel for every operation that
-	// needs the agent.
-	ErrAgentRequired = transfer.ErrAgentRequired
 	// ErrUnknownRun means the run directory holds no record of a run
 	// started by a Launcher.
 	ErrUnknownRun = errors.New("ferry: unknown run")
@@ -88,11 +80,11 @@ type LauncherConfig struct {
 	// Store keeps the task sessions; required for a spec with a Runtime.
 	Store *session.Store
 	// Agents are the agent builds to install. Required: see
-	// ErrAgentRequired.
+	// transfer.ErrAgentRequired.
 	Agents agent.Bundle
-	// Mode must be ModeAuto or ModeAgent (both mean the agent);
-	// ModePOSIX is ErrAgentRequired.
-	Mode     Mode
+	// Mode must be transfer.ModeAuto or transfer.ModeAgent (both mean the agent);
+	// transfer.ModePOSIX is transfer.ErrAgentRequired.
+	Mode     transfer.Mode
 	Compress frame.Mode
 	// Image is the sandbox image for a spec without one; "" is the
 	// gateway's default.
@@ -149,10 +141,10 @@ func NewLauncher(cfg LauncherConfig) (*Launcher, error) {
 		return nil, errors.New("new launcher: no Execer")
 	case cfg.RunsDir == "":
 		return nil, errors.New("new launcher: no RunsDir")
-	case cfg.Mode == ModePOSIX:
-		return nil, fmt.Errorf("new launcher: POSIX mode: %w", ErrAgentRequired)
+	case cfg.Mode == transfer.ModePOSIX:
+		return nil, fmt.Errorf("new launcher: POSIX mode: %w", transfer.ErrAgentRequired)
 	case len(cfg.Agents) == 0:
-		return nil, fmt.Errorf("new launcher: no agent builds: %w", ErrAgentRequired)
+		return nil, fmt.Errorf("new launcher: no agent builds: %w", transfer.ErrAgentRequired)
 	case cfg.FinishTimeout < 0 || cfg.KillGrace < 0:
 		return nil, errors.New("new launcher: negative timeout")
 	}
@@ -281,7 +273,7 @@ func SandboxName(h Handle) string {
 
 // sandbox is the named sandbox in agent mode.
 func (l *Launcher) sandbox(name string) Sandbox {
-	return Sandbox{X: l.cfg.X, Name: name, Mode: ModeAgent, Compress: l.cfg.Compress, Agents: l.cfg.Agents, Logger: l.cfg.Logger}
+	return Sandbox{X: l.cfg.X, Name: name, Mode: transfer.ModeAgent, Compress: l.cfg.Compress, Agents: l.cfg.Agents, Logger: l.cfg.Logger}
 }
 
 // StartDetached creates the run's sandbox, uploads the run directory's
@@ -468,7 +460,7 @@ func (l *Launcher) connect(ctx context.Context, sb Sandbox) (transfer.Remote, er
 			return r, nil
 		}
 		r.Close()
-		err = ErrAgentRequired
+		err = transfer.ErrAgentRequired
 	}
 	// The dial reports an exec that failed as an agent that did not
 	// start; ask the sandbox itself.
@@ -476,7 +468,7 @@ func (l *Launcher) connect(ctx context.Context, sb Sandbox) (transfer.Remote, er
 		return nil, fmt.Errorf("sandbox %s: %w", sb.Name, relay.ErrNotFound)
 	}
 	if errors.Is(err, agent.ErrUnavailable) {
-		err = fmt.Errorf("%w: %w", ErrAgentRequired, err)
+		err = fmt.Errorf("%w: %w", transfer.ErrAgentRequired, err)
 	}
 	return nil, err
 }
@@ -568,7 +560,7 @@ func (l *Launcher) finish(ctx context.Context, dir string, rec *launchRecord, sb
 	}
 	failed := errors.Join(
 		ignore(pullErr, ErrNoMeta),
-		ignore(sessErr, ErrNoSource),
+		ignore(sessErr, transfer.ErrNoSource),
 	)
 	rec.FinishAttempts++
 	if failed != nil && a != nil && rec.FinishAttempts < maxFinishAttempts {

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-dev/ferry/transfer"
+
 	"google.golang.org/grpc"
 
 	"github.com/ferry-dev/ferry"
@@ -78,7 +80,7 @@ func launcherHelper(raw string) int {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
 	}
-	l, err := ferry.NewLauncher(ferry.LauncherConfig{Sandboxes: c, X: c, RunsDir: cfg.RunsDir, Store: st, Agents: bundle, Mode: ferry.ModeAgent})
+	l, err := ferry.NewLauncher(ferry.LauncherConfig{Sandboxes: c, X: c, RunsDir: cfg.RunsDir, Store: st, Agents: bundle, Mode: transfer.ModeAgent})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
@@ -118,7 +120,7 @@ func newLaunchEnv(t *testing.T) *launchEnv {
 func newLauncher(t *testing.T, c *openshell.Client, runs string, st *session.Store) *ferry.Launcher {
 	t.Helper()
 	l, err := ferry.NewLauncher(ferry.LauncherConfig{
-		Sandboxes: c, X: c, RunsDir: runs, Store: st, Agents: agenttest.Bundle(t), Mode: ferry.ModeAgent,
+		Sandboxes: c, X: c, RunsDir: runs, Store: st, Agents: agenttest.Bundle(t), Mode: transfer.ModeAgent,
 		KillGrace: 500 * time.Millisecond,
 	})
 	if err != nil {
@@ -371,7 +373,7 @@ func TestLauncherIdempotentStart(t *testing.T) {
 	if _, err := l.Inspect(ctx(t), ferry.Handle{Name: "rascal-never"}); !errors.Is(err, ferry.ErrUnknownRun) {
 		t.Fatalf("inspect of an unknown run: %v", err)
 	}
-	if _, err := ferry.NewLauncher(ferry.LauncherConfig{Sandboxes: e.c, X: e.c, RunsDir: e.runs, Mode: ferry.ModePOSIX, Agents: agenttest.Bundle(t)}); !errors.Is(err, ferry.ErrAgentRequired) {
+	if _, err := ferry.NewLauncher(ferry.LauncherConfig{Sandboxes: e.c, X: e.c, RunsDir: e.runs, Mode: transfer.ModePOSIX, Agents: agenttest.Bundle(t)}); !errors.Is(err, transfer.ErrAgentRequired) {
 		t.Fatalf("POSIX mode: %v", err)
 	}
 }

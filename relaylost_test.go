@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/ferry-dev/ferry/transfer"
+
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
@@ -64,7 +66,7 @@ func cutEnv(t *testing.T, v variant) (env, *session.Store, *atomic.Int32) {
 // to the sandbox after its commit: the agent's exec, whose end (its exit
 // status) is read after the commit. POSIX mode's save has no channel open
 // by then.
-var relayLostVariants = map[string]variant{"agent": {Mode: ferry.ModeAgent}, "agent-ssh": {Mode: ferry.ModeAgent, ssh: true}}
+var relayLostVariants = map[string]variant{"agent": {Mode: transfer.ModeAgent}, "agent-ssh": {Mode: transfer.ModeAgent, ssh: true}}
 
 // TestSessionSaveRelayLostAfterCommit is issue 20's gateway lost just
 // after a commit: the gateway connections are cut as soon as the manifest
@@ -167,7 +169,7 @@ func TestSessionSaveRelayLostBeforeCommit(t *testing.T) {
 	g.Sandbox(t, c, "box")
 	var once sync.Once
 	st, _ := newStore(t, func(b session.Backend) session.Backend { return cutOnChunk{b, func() { once.Do(cc.Cut) }} })
-	e := env{sb: sandboxVia(t, c, variant{Mode: ferry.ModeAgent}), root: filepath.Join(g.Root, "box")}
+	e := env{sb: sandboxVia(t, c, variant{Mode: transfer.ModeAgent}), root: filepath.Join(g.Root, "box")}
 	crashTree(t, filepath.Join(e.root, "sess"), 1, 0, 8<<20)
 	_, err := ferry.SaveSession(ctx(t), e.sb, st, session.SaveSpec{Dir: "sess", Key: "early-key"})
 	if !errors.Is(err, relay.ErrRelayLost) {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ferry-dev/ferry/transfer"
+
 	"github.com/ferry-dev/ferry/session"
 
 	"github.com/ferry-dev/ferry"
@@ -15,7 +17,7 @@ import (
 // the store's compressed chunks as they are, so compressible transcripts
 // cross the channel at a fraction of their size.
 func TestSessionRestoreSendsStoredChunks(t *testing.T) {
-	e := newEnv(t, ferry.ModeAgent)
+	e := newEnv(t, transfer.ModeAgent)
 	line := `{"type":"assistant","message":{"content":[{"type":"text","text":"reading the file"}]}}` + "\n"
 	body := strings.Repeat(line, 20000)
 	write(t, filepath.Join(e.root, "sess"), map[string]string{"t.jsonl": body, "sub/b.jsonl": body[:1000]})

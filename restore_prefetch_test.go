@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-dev/ferry/transfer"
+
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/session/local"
@@ -40,7 +42,7 @@ func (v *vanishing) Get(ctx context.Context, name string) (io.ReadCloser, error)
 // fails the restore with an IntegrityError naming it, and nothing is
 // placed in the sandbox, whichever chunk of the stream it is.
 func TestSessionRestoreChunkVanishes(t *testing.T) {
-	e := newEnv(t, ferry.ModeAgent)
+	e := newEnv(t, transfer.ModeAgent)
 	src := filepath.Join(e.root, "sess")
 	// Enough chunks that the window is full when the first, a middle and
 	// the last one go missing.
@@ -157,7 +159,7 @@ func (d *damagingPacks) Get(ctx context.Context, name string) (io.ReadCloser, er
 // the look-up, or reads damaged, fails the restore with an IntegrityError
 // naming the pack, and nothing is placed in the sandbox.
 func TestSessionRestorePacks(t *testing.T) {
-	e := newEnv(t, ferry.ModeAgent)
+	e := newEnv(t, transfer.ModeAgent)
 	src := filepath.Join(e.root, "sess")
 	files := map[string]string{}
 	for i := range 6 {

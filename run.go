@@ -340,7 +340,7 @@ func appendFile(dst string, src *os.File) error {
 func uploadSecret(ctx context.Context, sb Sandbox, r transfer.Remote, m Mapping) error {
 	fi, err := os.Stat(m.Local)
 	if err != nil {
-		return fmt.Errorf("stat: %w", ErrNoSource)
+		return fmt.Errorf("stat: %w", transfer.ErrNoSource)
 	}
 	if !fi.Mode().IsRegular() {
 		return errors.New("a secret must be a regular file")
@@ -390,7 +390,7 @@ func uploadSecretAgent(ctx context.Context, sb Sandbox, r transfer.Remote, m Map
 	case archive.Dir:
 		_, err = r.Upload(ctx, transfer.Items(ctx, transfer.Item{Src: filepath.Join(stage, name), Name: name}), dir, archive.PlaceInto, 1)
 	default:
-		return fmt.Errorf("%s:%s: %w", sb.Name, dir, ErrNotDir)
+		return fmt.Errorf("%s:%s: %w", sb.Name, dir, transfer.ErrNotDir)
 	}
 	if err != nil {
 		return fmt.Errorf("upload to %s:%s: %w", sb.Name, m.Remote, err)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-dev/ferry/transfer"
+
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/openshell"
@@ -243,7 +245,7 @@ func TestSessionSaveWireBytes(t *testing.T) {
 	g := gatewaytest.Start(t, gatewaytest.Options{})
 	c := g.Client(t, openshell.Config{})
 	g.Sandbox(t, c, "box")
-	sb := sandboxVia(t, c, variant{Mode: ferry.ModeAgent})
+	sb := sandboxVia(t, c, variant{Mode: transfer.ModeAgent})
 	src := filepath.Join(g.Root, "box", "sess")
 	if err := os.Mkdir(src, 0o755); err != nil {
 		t.Fatal(err)

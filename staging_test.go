@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-dev/ferry/transfer"
+
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
@@ -114,15 +116,15 @@ func (r *holdReader) Read(p []byte) (int, error) {
 
 // stagingPattern is what a mode's staging directories are called, under
 // their own name or their first (with the maker's pid).
-func stagingPattern(mode ferry.Mode) *regexp.Regexp {
-	if mode == ferry.ModePOSIX {
+func stagingPattern(mode transfer.Mode) *regexp.Regexp {
+	if mode == transfer.ModePOSIX {
 		return regexp.MustCompile(`^\.ferry-up-[0-9a-f]+(\.[0-9]+)?$`)
 	}
 	return regexp.MustCompile(`^\.ferry-staging-[0-9a-f]+(\.[0-9]+)?$`)
 }
 
 // stagingDirs lists the staging directories of mode in dir.
-func stagingDirs(t *testing.T, dir string, mode ferry.Mode) []string {
+func stagingDirs(t *testing.T, dir string, mode transfer.Mode) []string {
 	t.Helper()
 	des, err := os.ReadDir(dir)
 	if err != nil && !os.IsNotExist(err) {
@@ -141,10 +143,10 @@ func stagingDirs(t *testing.T, dir string, mode ferry.Mode) []string {
 // in agent mode its marker's lock free, in POSIX mode the pid in it gone.
 // The gateway kills a dropped exec's processes once it notices the drop,
 // a little after the host has.
-func awaitStale(t *testing.T, dir string, mode ferry.Mode) {
+func awaitStale(t *testing.T, dir string, mode transfer.Mode) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if mode == ferry.ModePOSIX {
+		if mode == transfer.ModePOSIX {
 			b, err := os.ReadFile(filepath.Join(dir, "pid"))
 			if base := filepath.Base(dir); strings.LastIndexByte(base, '.') > 0 && err != nil {
 				b, err = []byte(base[strings.LastIndexByte(base, '.')+1:]), nil // not yet renamed: the pid is in the name
@@ -198,7 +200,7 @@ type savedSession struct {
 	rng  *rand.Rand // what made the files, for what comes next
 }
 
-func newSavedSession(t *testing.T, mode ferry.Mode, seed uint64, n, extra int) savedSession {
+func newSavedSession(t *testing.T, mode transfer.Mode, seed uint64, n, extra int) savedSession {
 	t.Helper()
 	g := gatewaytest.Start(t, gatewaytest.Options{})
 	c := g.Client(t, openshell.Config{})
@@ -219,7 +221,7 @@ func newSavedSession(t *testing.T, mode ferry.Mode, seed uint64, n, extra int) s
 	return ss
 }
 
-func testSessionRestoreRelayDropStaging(t *testing.T, mode ferry.Mode) {
+func testSessionRestoreRelayDropStaging(t *testing.T, mode transfer.Mode) {
 	ss := newSavedSession(t, mode, 23, 48, 128<<10)
 	g, c, root, sb, logs, st, rng := ss.g, ss.c, ss.root, ss.sb, ss.logs, ss.st, ss.rng
 	left := 0
@@ -331,7 +333,7 @@ func TestSessionRestoreSparesLiveStaging(t *testing.T) {
 	}
 }
 
-func testSessionRestoreSparesLiveStaging(t *testing.T, mode ferry.Mode) {
+func testSessionRestoreSparesLiveStaging(t *testing.T, mode transfer.Mode) {
 	ss := newSavedSession(t, mode, 25, 16, 64<<10)
 	c, root, sb, logs, st := ss.c, ss.root, ss.sb, ss.logs, ss.st
 	sub := filepath.Join(root, "sub")
@@ -362,8 +364,8 @@ func testSessionRestoreSparesLiveStaging(t *testing.T, mode ferry.Mode) {
 		t.Fatalf("the held restore's staging: %v, want one", live)
 	}
 	// And a stale one, as a killed transfer leaves it.
-	stale := filepath.Join(sub, map[ferry.Mode]string{ferry.ModePOSIX: ".ferry-up-00ff", ferry.ModeAgent: archive.StagingPrefix + "00ff"}[mode])
-	marker := map[ferry.Mode][2]string{ferry.ModePOSIX: {"pid", "999999999\n"}, ferry.ModeAgent: {"lock", "ferry staging directory\npid 999999999\n"}}[mode]
+	stale := filepath.Join(sub, map[transfer.Mode]string{transfer.ModePOSIX: ".ferry-up-00ff", transfer.ModeAgent: archive.StagingPrefix + "00ff"}[mode])
+	marker := map[transfer.Mode][2]string{transfer.ModePOSIX: {"pid", "999999999\n"}, transfer.ModeAgent: {"lock", "ferry staging directory\npid 999999999\n"}}[mode]
 	write(t, stale, map[string]string{marker[0]: marker[1], "tree/half": "half"})
 
 	before := logs.String()

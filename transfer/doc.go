@@ -9,7 +9,8 @@
 // semantics.
 //
 // Whatever the mode, a failure callers branch on matches one sentinel
-// under errors.Is: [ErrNoSource], [ErrNotDir], [ErrShort], and the
-// extractor's refusals in package transfer/archive, which also holds the
-// tar writer, limits and placements both modes share.
+// under errors.Is: [ErrNoSource], [ErrNotDir], [ErrShort],
+// [ErrAgentRequired], and the extractor's refusals in package
+// transfer/archive, which also holds the tar writer, limits and
+// placements both modes share.
 package transfer

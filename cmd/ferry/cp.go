@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferry-dev/ferry/transfer"
+
 	"github.com/spf13/cobra"
 
 	"github.com/ferry-dev/ferry"
@@ -88,7 +90,7 @@ second) has moved, either way, for --idle-timeout fails.`,
 			}
 			prog := newProgress(s.err, g.quiet || g.json, total)
 			x = prog.wrap(x)
-			var st ferry.CopyStats
+			var st transfer.Stats
 			if dRemote {
 				sb, serr := g.sandbox(x, dbox)
 				if serr != nil {

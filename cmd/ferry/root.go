@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferry-dev/ferry/transfer"
+
 	"github.com/spf13/cobra"
 
 	"github.com/ferry-dev/ferry"
@@ -59,7 +61,7 @@ var agentBundle = bundle.Embedded
 // sandbox is the named sandbox reached through x, with the transfer mode
 // and compression the flags ask for.
 func (g *globals) sandbox(x relay.Execer, name string) (ferry.Sandbox, error) {
-	mode, err := ferry.ParseMode(g.mode)
+	mode, err := transfer.ParseMode(g.mode)
 	if err != nil {
 		return ferry.Sandbox{}, usageError{err}
 	}
@@ -68,13 +70,13 @@ func (g *globals) sandbox(x relay.Execer, name string) (ferry.Sandbox, error) {
 		return ferry.Sandbox{}, usageError{err}
 	}
 	sb := ferry.Sandbox{X: x, Name: name, Mode: mode, Compress: comp, Logger: slog.Default()}
-	if mode != ferry.ModePOSIX {
+	if mode != transfer.ModePOSIX {
 		if sb.Agents, err = agentBundle(); err != nil {
 			return ferry.Sandbox{}, err
 		}
 		if len(sb.Agents) == 0 {
-			if mode == ferry.ModeAgent {
-				return ferry.Sandbox{}, fmt.Errorf("--mode agent: %w: this build carries no agent; build ferry with `make build`", ferry.ErrAgentRequired)
+			if mode == transfer.ModeAgent {
+				return ferry.Sandbox{}, fmt.Errorf("--mode agent: %w: this build carries no agent; build ferry with `make build`", transfer.ErrAgentRequired)
 			}
 			if !g.toldAgent && !g.quiet && g.errw != nil {
 				g.toldAgent = true
