@@ -8,9 +8,10 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/ferry-dev/ferry/relay/relaytest"
 
 	"github.com/ferry-dev/ferry/transfer"
 
@@ -435,23 +436,8 @@ func TestRunShowsLinesLive(t *testing.T) {
 	}
 }
 
-// syncBuffer is a strings.Builder safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is read while an Exec writes it.
+type syncBuffer = relaytest.SyncBuffer
 
 // TestRunResumesSession runs twice on one session key: the second run
 // finds what the first left in its session directory, and its save moves

@@ -12,9 +12,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/ferry-dev/ferry/relay/relaytest"
 
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 	"github.com/ferry-dev/ferry/relay/gateway"
@@ -28,24 +29,8 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 // through cat under -race) takes a few seconds.
 const runWait = 60 * time.Second
 
-// syncBuffer is a bytes.Buffer safe for one writer and a concurrent reader:
-// a serving gateway writes its log while the test polls it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is read while an Exec writes it.
+type syncBuffer = relaytest.SyncBuffer
 
 type runResult struct {
 	code           int

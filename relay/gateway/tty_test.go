@@ -1,12 +1,10 @@
 package gateway_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -229,23 +227,8 @@ func TestTTYCutRelay(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that a test can read while Exec writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is read while an Exec writes it.
+type syncBuffer = relaytest.SyncBuffer
 
 // waitFor polls out until it holds want.
 func waitFor(t *testing.T, out *syncBuffer, want string) {

@@ -125,7 +125,6 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	}
 	// The child holds its own copies now; ours would keep EOF from coming.
 	closeAll(inR, outW, errW)
-	pid := c.Process.Pid
 
 	// The stdin pump is not waited for: it may be blocked in the caller's
 	// Read, which nothing can interrupt. Closing inW makes its next write
@@ -151,6 +150,35 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	outputDone := make(chan struct{})
 	go func() { wg.Wait(); close(outputDone) }()
 
+	return r.supervise(ctx, cmd, c, supervised{
+		stdinErr: stdinErr, copyErr: copyErr, outputDone: outputDone,
+		// Once the process has exited, its stdin is of no more use.
+		closeIn:  func() { inW.Close() },
+		closeOut: func() { closeAll(outR, errR) },
+	})
+}
+
+// supervised is what Exec's pipe and terminal paths hand supervise: the
+// channels their pumps report on, and how to close each side.
+type supervised struct {
+	stdinErr, copyErr <-chan error
+	outputDone        <-chan struct{}
+	closeIn           func() // the stdin the process reads, nil when closeOut covers it
+	closeOut          func() // the output side; it ends the copiers
+}
+
+// supervise waits for the started command c: its exit, its timeout, the
+// caller's cancel, a failed stdin or output. Every early way out kills the
+// process group, reaps the process and waits for the copiers; after the
+// exit, output still arriving is taken for OutputGrace, then the group is
+// killed.
+func (r *Runner) supervise(ctx context.Context, cmd *relay.Command, c *exec.Cmd, s supervised) (int, error) {
+	pid := c.Process.Pid
+	closeIn := func() {
+		if s.closeIn != nil {
+			s.closeIn()
+		}
+	}
 	// exited reports the exit without reaping the process (see
 	// awaitExit): every killGroup below comes before c.Wait.
 	exited := make(chan error, 1)
@@ -169,9 +197,9 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 		killGroup(pid)
 		<-exited
 		c.Wait()
-		inW.Close()
-		closeAll(outR, errR)
-		<-outputDone
+		closeIn()
+		s.closeOut()
+		<-s.outputDone
 	}
 
 	var awaitErr error
@@ -182,45 +210,47 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	case <-timeout:
 		finish()
 		return relay.ExitTimeout, nil
-	case err := <-stdinErr:
+	case err := <-s.stdinErr:
 		finish()
 		return 0, fmt.Errorf("read stdin: %w", err)
-	case err := <-copyErr:
+	case err := <-s.copyErr:
 		finish()
 		return 0, fmt.Errorf("exec %s: %w", cmd.Argv[0], err)
 	case awaitErr = <-exited:
 	}
-	inW.Close()
+	closeIn()
 	grace := time.NewTimer(r.cfg.OutputGrace)
 	defer grace.Stop()
 	select {
-	case <-outputDone:
+	case <-s.outputDone:
 	case <-grace.C:
+		// A background child keeps the output open: what it has not
+		// written by now is not the command's output.
 		killGroup(pid)
-		closeAll(outR, errR)
-		<-outputDone
+		s.closeOut()
+		<-s.outputDone
 	case <-ctx.Done():
 		killGroup(pid)
 		c.Wait()
-		closeAll(outR, errR)
-		<-outputDone
+		s.closeOut()
+		<-s.outputDone
 		return 0, ctx.Err()
 	}
-	closeAll(outR, errR)
+	s.closeOut()
 	// The group is signalled no more: reap.
 	waitErr := c.Wait()
 	if awaitErr != nil && waitErr == nil {
 		waitErr = awaitErr
 	}
 	select {
-	case err := <-stdinErr:
+	case err := <-s.stdinErr:
 		// The process may have finished on what it had, but its input
 		// was not all there: that is no success.
 		return 0, fmt.Errorf("read stdin: %w", err)
 	default:
 	}
 	select {
-	case err := <-copyErr:
+	case err := <-s.copyErr:
 		return 0, fmt.Errorf("exec %s: %w", cmd.Argv[0], err)
 	default:
 	}

@@ -1,12 +1,10 @@
 package local_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -58,23 +56,8 @@ func TestLoginShellMode(t *testing.T) {
 	})
 }
 
-// syncBuffer is a bytes.Buffer that a test can read while Exec writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is read while an Exec writes it.
+type syncBuffer = relaytest.SyncBuffer
 
 // TestTTY runs commands on a terminal: its size, a resize, stderr merged
 // into the output, typed input, the exit code, and a timeout that kills a

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"time"
 
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/internal/ptyio"
@@ -48,7 +47,6 @@ func (r *Runner) execTTY(ctx context.Context, cmd *relay.Command, c *exec.Cmd) (
 	// Only the child may hold the slave: the master reads EIO, our EOF,
 	// once every holder has gone.
 	slave.Close()
-	pid := c.Process.Pid
 
 	// Not waited for, as Exec's pipe pump: closing master ends it.
 	stdinErr := make(chan error, 1)
@@ -85,72 +83,12 @@ func (r *Runner) execTTY(ctx context.Context, cmd *relay.Command, c *exec.Cmd) (
 		<-resizeDone
 	}()
 
-	exited := make(chan error, 1)
-	go func() { exited <- awaitExit(pid) }()
-
-	var timeout <-chan time.Time
-	if cmd.Timeout > 0 {
-		t := time.NewTimer(cmd.Timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
-	finish := func() {
-		killGroup(pid)
-		<-exited
-		c.Wait()
-		master.Close()
-		<-outputDone
-	}
-
-	var awaitErr error
-	select {
-	case <-ctx.Done():
-		finish()
-		return 0, ctx.Err()
-	case <-timeout:
-		finish()
-		return relay.ExitTimeout, nil
-	case err := <-stdinErr:
-		finish()
-		return 0, fmt.Errorf("read stdin: %w", err)
-	case err := <-copyErr:
-		finish()
-		return 0, fmt.Errorf("exec %s: %w", cmd.Argv[0], err)
-	case awaitErr = <-exited:
-	}
-	grace := time.NewTimer(r.cfg.OutputGrace)
-	defer grace.Stop()
-	select {
-	case <-outputDone:
-	case <-grace.C:
-		// A background child keeps the terminal open: what it has not
-		// written by now is not the command's output.
-		killGroup(pid)
-		master.Close()
-		<-outputDone
-	case <-ctx.Done():
-		killGroup(pid)
-		c.Wait()
-		master.Close()
-		<-outputDone
-		return 0, ctx.Err()
-	}
-	master.Close()
-	waitErr := c.Wait()
-	if awaitErr != nil && waitErr == nil {
-		waitErr = awaitErr
-	}
-	select {
-	case err := <-stdinErr:
-		return 0, fmt.Errorf("read stdin: %w", err)
-	default:
-	}
-	select {
-	case err := <-copyErr:
-		return 0, fmt.Errorf("exec %s: %w", cmd.Argv[0], err)
-	default:
-	}
-	return r.exitCode(c.ProcessState, waitErr)
+	return r.supervise(ctx, cmd, c, supervised{
+		stdinErr: stdinErr, copyErr: copyErr, outputDone: outputDone,
+		// The master is both sides: closing it ends the pump and the
+		// copier.
+		closeOut: func() { master.Close() },
+	})
 }
 
 // ttyPump types the caller's stdin at the terminal. Its EOF is no EOF to

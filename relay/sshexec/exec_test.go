@@ -146,23 +146,8 @@ func TestTTY(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that a test can read while Exec writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is read while an Exec writes it.
+type syncBuffer = relaytest.SyncBuffer
 
 func TestStdinToStdoutLarge(t *testing.T) {
 	srv := sshdtest.Start(t)
