@@ -218,8 +218,8 @@ func (a *AgentSource) entry(se *agentv1.ScanEntry, w *agentWalk) (Entry, []*agen
 			e.Chunks = o.Chunks
 			return e, nil, nil
 		}
-		if e.Size > archive.DefaultLimits.MaxFileSize {
-			return Entry{}, nil, fmt.Errorf("%w: entry %q: file of %d bytes, a restore takes at most %d", archive.ErrLimit, p, e.Size, archive.DefaultLimits.MaxFileSize)
+		if e.Size > archive.DefaultLimits().MaxFileSize {
+			return Entry{}, nil, fmt.Errorf("%w: entry %q: file of %d bytes, a restore takes at most %d", archive.ErrLimit, p, e.Size, archive.DefaultLimits().MaxFileSize)
 		}
 		// cdc.Default() cuts no chunk but the last under its Min: a list of
 		// smaller ones (a million one-byte references to one chunk) is a

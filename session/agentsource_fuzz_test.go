@@ -58,7 +58,7 @@ func FuzzAgentEntry(f *testing.F) {
 			if err := e.validate(); err != nil {
 				t.Fatalf("accepted an entry the reader refuses: %v", err)
 			}
-			if err := checkSaveLimits(&e, 0, 0); err != nil {
+			if err := checkSaveLimits(archive.DefaultLimits(), &e, 0, 0); err != nil {
 				t.Fatalf("accepted an entry a restore refuses: %v", err)
 			}
 			if n := int64(len(e.Chunks)); n > maxFileChunks(e.Size) || len(chunks) != len(e.Chunks) {

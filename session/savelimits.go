@@ -9,7 +9,7 @@ import (
 
 // A save commits only what a restore of it accepts (DESIGN.md), so it
 // applies the restore's limits before its commit: those of the extractor
-// that builds the tree in the sandbox (archive.DefaultLimits: one file's
+// that builds the tree in the sandbox (Config.Limits: one file's
 // size, the total, the entries, the symlinks' rules through
 // archive.LinkTree) and those of the manifest reader (maxEntries,
 // maxManifestDecoded). A save over one fails with an error naming the
@@ -17,9 +17,10 @@ import (
 // symlink), and commits nothing; the key's earlier snapshots stay as
 // they were.
 
-// maxSaveEntries bounds a snapshot's entries: a restore into a new
-// directory sends the root as one more entry, which the extractor counts.
-func maxSaveEntries() int64 { return min(maxEntries, archive.DefaultLimits.MaxEntries-1) }
+// maxSaveEntries bounds a snapshot's entries under lim: a restore into a
+// new directory sends the root as one more entry, which the extractor
+// counts.
+func maxSaveEntries(lim archive.Limits) int64 { return min(maxEntries, lim.MaxEntries-1) }
 
 // minChunkJSON is the fewest bytes one chunk reference takes in a
 // manifest's JSON: {"id":"<64 hex digits>","size":N} and a comma.
@@ -44,11 +45,10 @@ func maxFileChunks(size int64) int64 {
 }
 
 // checkSaveLimits refuses e, the next entry of a save whose entries so far
-// are n and total bytes total, if a restore would refuse it.
-func checkSaveLimits(e *Entry, n, total int64) error {
-	lim := archive.DefaultLimits
-	if n >= maxSaveEntries() {
-		return fmt.Errorf("%w: entry %q: over %d entries, which a restore takes at most", archive.ErrLimit, e.Path, maxSaveEntries())
+// are n and total bytes total, if a restore under lim would refuse it.
+func checkSaveLimits(lim archive.Limits, e *Entry, n, total int64) error {
+	if n >= maxSaveEntries(lim) {
+		return fmt.Errorf("%w: entry %q: over %d entries, which a restore takes at most", archive.ErrLimit, e.Path, maxSaveEntries(lim))
 	}
 	if e.Kind != KindFile {
 		return nil

@@ -17,6 +17,7 @@ import (
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/session"
+	"github.com/ferry-dev/ferry/session/local"
 	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
@@ -36,12 +37,21 @@ func symlinkEntry(path, target string) *agentv1.ScanEntry {
 	return &agentv1.ScanEntry{Path: path, Kind: agentv1.Kind_KIND_SYMLINK, Mode: 0o777, Target: target}
 }
 
-// withLimits sets archive.DefaultLimits, which both the restore and the
-// save read, until the test ends.
-func withLimits(t *testing.T, set func(*archive.Limits)) {
-	old := archive.DefaultLimits
-	set(&archive.DefaultLimits)
-	t.Cleanup(func() { archive.DefaultLimits = old })
+// withLimits opens the store at dir again with the restore limits set
+// changes, which its saves must stay within.
+func withLimits(t *testing.T, dir string, set func(*archive.Limits)) *session.Store {
+	t.Helper()
+	b, err := local.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lim archive.Limits
+	set(&lim)
+	s, err := session.New(session.Config{Backend: b, Limits: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // TestSaveRefusesWhatRestoreRefuses is issue 13's hostile agent against
@@ -53,7 +63,7 @@ func TestSaveRefusesWhatRestoreRefuses(t *testing.T) {
 	x := []byte("x")
 	chunk := bytes.Repeat([]byte("0123456789abcdef"), session.MaxChunkSize/16)
 	var chain []*agentv1.ScanEntry
-	for i := range archive.DefaultLimits.MaxLinkDepth + 1 {
+	for i := range archive.DefaultLimits().MaxLinkDepth + 1 {
 		chain = append(chain, symlinkEntry(fmt.Sprintf("l%02d", i), fmt.Sprintf("l%02d", i+1)))
 	}
 	cases := []struct {
@@ -71,7 +81,7 @@ func TestSaveRefusesWhatRestoreRefuses(t *testing.T) {
 		// Each stays inside on its own; a resolves to ../x through d/b.
 		{"escaping chain", nil, []*agentv1.ScanEntry{symlinkEntry("a", "d/b/../../x"), dirEntry("d"), symlinkEntry("d/b", ".")}, nil, archive.ErrLinkEscape, `"a"`},
 		{"chain over the depth", nil, chain, nil, archive.ErrLimit, `"l00"`},
-		{"file over the size limit", nil, []*agentv1.ScanEntry{repeated("huge", chunk, archive.DefaultLimits.MaxFileSize+session.MaxChunkSize)}, map[string][]byte{"huge": chunk}, archive.ErrLimit, `"huge"`},
+		{"file over the size limit", nil, []*agentv1.ScanEntry{repeated("huge", chunk, archive.DefaultLimits().MaxFileSize+session.MaxChunkSize)}, map[string][]byte{"huge": chunk}, archive.ErrLimit, `"huge"`},
 		{"total over the limit", func(l *archive.Limits) { l.MaxTotalBytes = 3 }, []*agentv1.ScanEntry{file("a", []byte("ab")), file("b", []byte("cd"))}, map[string][]byte{"a": []byte("ab"), "b": []byte("cd")}, archive.ErrLimit, `"b"`},
 		// With the root a restore sends, 4 entries: one too many.
 		{"entries over the limit", func(l *archive.Limits) { l.MaxEntries = 3 }, []*agentv1.ScanEntry{dirEntry("a"), dirEntry("b"), dirEntry("c")}, nil, archive.ErrLimit, `"c"`},
@@ -79,15 +89,16 @@ func TestSaveRefusesWhatRestoreRefuses(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			s, _ := diskStore(t)
+			s, dir := diskStore(t)
 			victim := filepath.Join(t.TempDir(), "victim")
 			transcripts(t, victim, 7, 3, 64<<10)
 			save(t, s, "victim", victim)
+			hostile := s
 			if tc.limits != nil {
-				withLimits(t, tc.limits)
+				hostile = withLimits(t, dir, tc.limits)
 			}
 			c := fakeAgent(t, &liarAgent{entries: tc.entries, data: tc.data})
-			_, err := s.Save(ctx, "hostile", &session.AgentSource{Client: c, Dir: "x", ReuseUnchanged: true})
+			_, err := hostile.Save(ctx, "hostile", &session.AgentSource{Client: c, Dir: "x", ReuseUnchanged: true})
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.entry) {
 				t.Fatalf("save: %v, want %v naming %s", err, tc.want, tc.entry)
 			}

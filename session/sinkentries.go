@@ -20,7 +20,7 @@ import (
 // fails at the first entry that cannot be restored, before the chunks of
 // the rest are sent. k.mu is held.
 func (k *sink) addEntry(e *Entry) error {
-	if err := checkSaveLimits(e, int64(k.entries.n), k.totals.Bytes); err != nil {
+	if err := checkSaveLimits(k.s.cfg.Limits, e, int64(k.entries.n), k.totals.Bytes); err != nil {
 		return err
 	}
 	if e.Kind == KindSymlink {
@@ -78,7 +78,7 @@ func (k *sink) checkEntries(m *Manifest) error {
 	if bad != nil {
 		return fmt.Errorf("%w: %v", ErrManifest, bad)
 	}
-	return links.Check(archive.DefaultLimits.MaxLinkDepth)
+	return links.Check(k.s.cfg.Limits.MaxLinkDepth)
 }
 
 // each seals the sink's entries and calls fn with each of them, in path

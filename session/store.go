@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // DefaultGrace is Config.Grace's default.
@@ -46,6 +48,11 @@ type Config struct {
 	// from Prune, and how long a prune that crashed makes saves wait.
 	// [DefaultLockTTL] if zero.
 	LockTTL time.Duration
+	// Limits are the restore's limits, which a save stays within so that
+	// every snapshot it commits can be restored (see savelimits.go);
+	// zero fields are archive.DefaultLimits'. Only tests lower them: a
+	// restore through ferry's agent applies the agent's own defaults.
+	Limits archive.Limits
 }
 
 // DefaultPackSize is Config.PackSize's default: a pack is one GET of a
@@ -93,6 +100,11 @@ func New(cfg Config) (*Store, error) {
 	if cfg.PackSize < 0 || cfg.PackSize > MaxPackSize/2 {
 		return nil, fmt.Errorf("session: pack size %d: want 0 to %d", cfg.PackSize, MaxPackSize/2)
 	}
+	lim, err := cfg.Limits.WithDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
+	cfg.Limits = lim
 	cfg.applyDefaults()
 	return &Store{b: cfg.Backend, cfg: cfg}, nil
 }

@@ -261,7 +261,7 @@ type treeReader struct {
 func newTreeReader(msgs *msgReader, lim archive.Limits) *treeReader {
 	ratio := lim.MaxCompressionRatio
 	if ratio == 0 {
-		ratio = archive.DefaultLimits.MaxCompressionRatio
+		ratio = archive.DefaultLimits().MaxCompressionRatio
 	}
 	// NoDigest: the frame stream's SHA-256 would only repeat the
 	// per-file digests checked against the Trailer; its CRC-32C stays.
@@ -371,7 +371,7 @@ func trailerOf(w *archive.Writer) *agentv1.Trailer {
 // receiver with these limits.
 func frameRatio(lim archive.Limits) int {
 	if lim.MaxCompressionRatio == 0 {
-		return archive.DefaultLimits.MaxCompressionRatio
+		return archive.DefaultLimits().MaxCompressionRatio
 	}
 	return lim.MaxCompressionRatio
 }

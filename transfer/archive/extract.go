@@ -146,7 +146,7 @@ const StagingPrefix = ".ferry-staging-"
 // data is not fsynced. Directory metadata is held in memory until the end,
 // so memory grows with the number of directories (as in GNU tar).
 func Extract(ctx context.Context, r io.Reader, dest string, opts ExtractOptions) (_ Stats, err error) {
-	lim, err := opts.Limits.withDefaults()
+	lim, err := opts.Limits.WithDefaults()
 	if err != nil {
 		return Stats{}, err
 	}

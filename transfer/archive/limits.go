@@ -39,21 +39,24 @@ type Limits struct {
 }
 
 // DefaultLimits are the safe defaults that zero fields of Limits take.
-// MaxLinkDepth matches Linux's MAXSYMLINKS.
-var DefaultLimits = Limits{
-	MaxTotalBytes:       64 << 30,
-	MaxEntries:          1 << 20,
-	MaxFileSize:         16 << 30,
-	MaxPathLen:          4096,
-	MaxHeaderSize:       1 << 20,
-	MaxLinkDepth:        40,
-	MaxCompressionRatio: 1000,
+// MaxLinkDepth matches Linux's MAXSYMLINKS. It is a function, not a
+// variable, so that no caller can loosen every other caller's limits.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxTotalBytes:       64 << 30,
+		MaxEntries:          1 << 20,
+		MaxFileSize:         16 << 30,
+		MaxPathLen:          4096,
+		MaxHeaderSize:       1 << 20,
+		MaxLinkDepth:        40,
+		MaxCompressionRatio: 1000,
+	}
 }
 
-// withDefaults fills zero fields from DefaultLimits and refuses negative
+// WithDefaults fills zero fields from DefaultLimits and refuses negative
 // ones.
-func (l Limits) withDefaults() (Limits, error) {
-	d := DefaultLimits
+func (l Limits) WithDefaults() (Limits, error) {
+	d := DefaultLimits()
 	for _, f := range []struct {
 		name string
 		v    *int64

@@ -53,7 +53,7 @@ func (t *LinkTree) Symlink(name, target string) error {
 // first symlink refused, matching ErrLinkEscape or ErrLimit.
 func (t *LinkTree) Check(maxDepth int) error {
 	if maxDepth <= 0 {
-		maxDepth = DefaultLimits.MaxLinkDepth
+		maxDepth = DefaultLimits().MaxLinkDepth
 	}
 	look := func(p string) (node, string, error) {
 		if target, ok := t.links[p]; ok {
@@ -76,7 +76,7 @@ func (t *LinkTree) Check(maxDepth int) error {
 // without recording it: for a caller that sees entries before the whole
 // tree and would refuse an escaping target at once.
 func CheckLinkTarget(name, target string) error {
-	if err := checkLinkTarget(name, target, DefaultLimits.MaxPathLen); err != nil {
+	if err := checkLinkTarget(name, target, DefaultLimits().MaxPathLen); err != nil {
 		return &EntryError{Entry: name, Op: "symlink", Err: err}
 	}
 	return nil
