@@ -157,7 +157,7 @@ func (p posixRemote) Present(ctx context.Context, dir string, names []string) ([
 		return nil, fmt.Errorf("list %s:%s: %w", p.t.Name, dir, err)
 	}
 	if code != 0 {
-		return nil, fmt.Errorf("list %s:%s: exit %d: %s", p.t.Name, dir, code, strings.TrimSpace(errb.String()))
+		return nil, fmt.Errorf("list %s:%s: %w", p.t.Name, dir, &ExitError{Op: "sh", Code: code, Stderr: strings.TrimSpace(errb.String())})
 	}
 	want := map[string]bool{}
 	for _, n := range names {

@@ -190,8 +190,13 @@ func StatsOf(r agent.Result) Stats {
 	return Stats{Files: r.Files, Dirs: r.Dirs, Symlinks: r.Symlinks, Bytes: r.Bytes, WireBytes: r.WireBytes}
 }
 
+// ExitError is a command in the sandbox that exited non-zero, in either
+// mode: a step of a POSIX-mode transfer (tar, mkdir, mv) or a Shell
+// script. It is posix.ExitError, one type for callers to branch on.
+type ExitError = posix.ExitError
+
 // Shell runs script with args in t's sh and returns its stdout (at most
-// 64 KiB); a non-zero exit is an error with its stderr. It is for the few
+// 64 KiB); a non-zero exit is an *ExitError with its stderr. It is for the few
 // steps beside a transfer that are a command, not a tree (probing a
 // target, swapping a tree in, tightening modes); args are passed as
 // arguments, never spliced into the script.
@@ -207,7 +212,7 @@ func Shell(ctx context.Context, t Target, script string, args ...string) (string
 		return "", err
 	}
 	if code != 0 {
-		return "", fmt.Errorf("sh: exit %d: %s", code, strings.TrimSpace(errb.String()))
+		return "", &ExitError{Op: "sh", Code: code, Stderr: strings.TrimSpace(errb.String())}
 	}
 	return out.String(), nil
 }
