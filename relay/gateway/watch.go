@@ -116,6 +116,12 @@ func (s *Server) WatchSandbox(req *openshellv1.WatchSandboxRequest, stream grpc.
 				}
 			}
 			if dropped {
+				if req.GetFollowStatus() {
+					// The sandbox is going: its record's change ends the
+					// stream cleanly, whichever of the two is seen first.
+					logChanged = nil
+					continue
+				}
 				return status.Error(codes.Canceled, "stream closed")
 			}
 		case <-ctx.Done():
