@@ -156,6 +156,9 @@ func tmuxSession(t *testing.T, transport string) {
 	tm.keys("sleep 600")
 	time.Sleep(200 * time.Millisecond)
 	tm.run("send-keys", "-t", "t", "C-c")
+	// Typed before the shell's new prompt, the next line would be echoed
+	// ahead of it and its output land on the prompt's line.
+	tm.waitLine(`[$#] ?`)
 	tm.keys("echo after-interrupt")
 	tm.waitLine("after-interrupt")
 
