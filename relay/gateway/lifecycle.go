@@ -34,12 +34,7 @@ const (
 // files. The answer is the STOPPED record. Stopping a STOPPED sandbox does
 // nothing and succeeds, as upstream.
 func (s *Server) StopSandbox(ctx context.Context, req *openshellv1.StopSandboxRequest) (*openshellv1.SandboxResponse, error) {
-	if req.GetName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "name is required")
-	}
-	// As upstream, an unknown workspace is NOT_FOUND before the sandbox
-	// is looked for.
-	if _, err := s.reg.resolveWorkspace(req.GetWorkspace()); err != nil {
+	if err := s.reg.named(req.GetWorkspace(), req.GetName()); err != nil {
 		return nil, err
 	}
 	// One lifecycle change at a time: a start waits for the stop before it
@@ -73,12 +68,7 @@ func (s *Server) StopSandbox(ctx context.Context, req *openshellv1.StopSandboxRe
 // (its driver reports READY later); starting a READY sandbox does nothing
 // and succeeds.
 func (s *Server) StartSandbox(ctx context.Context, req *openshellv1.StartSandboxRequest) (*openshellv1.SandboxResponse, error) {
-	if req.GetName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "name is required")
-	}
-	// As upstream, an unknown workspace is NOT_FOUND before the sandbox
-	// is looked for.
-	if _, err := s.reg.resolveWorkspace(req.GetWorkspace()); err != nil {
+	if err := s.reg.named(req.GetWorkspace(), req.GetName()); err != nil {
 		return nil, err
 	}
 	s.life.Lock()
@@ -184,10 +174,7 @@ func (r *registry) beginStop(workspace, name string) (pb *openshellv1.Sandbox, r
 	default:
 		return nil, nil, false, status.Errorf(codes.FailedPrecondition, "sandbox must be Ready to stop (current phase: %s)", phaseName(phase))
 	}
-	for t, cancel := range sb.cancels {
-		cancel(errStopped)
-		running = append(running, t)
-	}
+	running = sb.cancelAll(errStopped)
 	return proto.Clone(sb.pb).(*openshellv1.Sandbox), running, false, nil
 }
 

@@ -246,6 +246,17 @@ func (r *registry) track(id string, cancel func(cause error)) (untrack func(), e
 	}, nil
 }
 
+// cancelAll ends every running exec and relay of sb with cause and
+// returns their tickets, for waitTickets. registry.mu is held.
+func (sb *sandbox) cancelAll(cause error) []*execTicket {
+	var running []*execTicket
+	for t, cancel := range sb.cancels {
+		cancel(cause)
+		running = append(running, t)
+	}
+	return running
+}
+
 // remove marks a sandbox DELETING, stops its execs, and deletes its
 // directory and record.
 func (r *registry) remove(workspace, name string) (bool, error) {
@@ -257,11 +268,7 @@ func (r *registry) remove(workspace, name string) (bool, error) {
 	}
 	sb.pb.Status.Phase = openshellv1.SandboxPhase_SANDBOX_PHASE_DELETING
 	sb.pb.Metadata.DeletionTimestampMs = time.Now().UnixMilli()
-	var running []*execTicket
-	for t, cancel := range sb.cancels {
-		cancel(errDeleted)
-		running = append(running, t)
-	}
+	running := sb.cancelAll(errDeleted)
 	sb.gone = true
 	r.notify(sb)
 	delete(r.byID, sb.pb.GetMetadata().GetId())
@@ -270,16 +277,7 @@ func (r *registry) remove(workspace, name string) (bool, error) {
 
 	// Until its exec has ended, a process may still be creating files in
 	// the directory, and RemoveAll racing it fails with ENOTEMPTY.
-	wait := time.NewTimer(execStopTimeout)
-	defer wait.Stop()
-waitExecs:
-	for _, t := range running {
-		select {
-		case <-t.done:
-		case <-wait.C:
-			break waitExecs
-		}
-	}
+	waitTickets(running, execStopTimeout)
 	err := os.RemoveAll(sb.dir)
 	if rerr := r.removeRecord(sb.pb); rerr != nil && err == nil {
 		err = rerr

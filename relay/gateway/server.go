@@ -227,10 +227,7 @@ func (s *Server) CreateSandbox(ctx context.Context, req *openshellv1.CreateSandb
 }
 
 func (s *Server) GetSandbox(ctx context.Context, req *openshellv1.GetSandboxRequest) (*openshellv1.SandboxResponse, error) {
-	if req.GetName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "name is required")
-	}
-	if _, err := s.reg.resolveWorkspace(req.GetWorkspace()); err != nil {
+	if err := s.reg.named(req.GetWorkspace(), req.GetName()); err != nil {
 		return nil, err
 	}
 	sb, ok := s.reg.get(req.GetWorkspace(), req.GetName())
@@ -259,10 +256,7 @@ func (s *Server) ListSandboxes(ctx context.Context, req *openshellv1.ListSandbox
 }
 
 func (s *Server) DeleteSandbox(ctx context.Context, req *openshellv1.DeleteSandboxRequest) (*openshellv1.DeleteSandboxResponse, error) {
-	if req.GetName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "name is required")
-	}
-	if _, err := s.reg.resolveWorkspace(req.GetWorkspace()); err != nil {
+	if err := s.reg.named(req.GetWorkspace(), req.GetName()); err != nil {
 		return nil, err
 	}
 	sb, ok := s.reg.get(req.GetWorkspace(), req.GetName())

@@ -217,6 +217,17 @@ func (r *registry) activeWorkspace(name string) error {
 	return nil
 }
 
+// named checks a request that names a sandbox in a workspace, in
+// upstream's order: the name is required (INVALID_ARGUMENT), then the
+// workspace must exist (NOT_FOUND), before the sandbox is looked for.
+func (r *registry) named(workspace, name string) error {
+	if name == "" {
+		return status.Error(codes.InvalidArgument, "name is required")
+	}
+	_, err := r.resolveWorkspace(workspace)
+	return err
+}
+
 // resolveWorkspace is upstream's resolve_workspace: the workspace a
 // request names ("" is the default), which must exist, terminating or not.
 func (r *registry) resolveWorkspace(name string) (string, error) {
