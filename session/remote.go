@@ -136,7 +136,7 @@ func (d *downloadSource) Scan(ctx context.Context, prev *Parent, sink Sink) erro
 	if err != nil {
 		return fmt.Errorf("download %s: %w", d.dir, err)
 	}
-	defer removeTree(tmp)
+	defer archive.RemoveTree(tmp)
 	local := filepath.Join(tmp, "tree")
 	cs, err := d.r.Download(ctx, d.dir, []string{"."}, local, archive.PlaceNew, archive.Limits{})
 	d.wire.Add(cs.WireBytes)
@@ -146,21 +146,6 @@ func (d *downloadSource) Scan(ctx context.Context, prev *Parent, sink Sink) erro
 	// Every file was just written here, so reusing chunk lists by size
 	// and mtime would save no wire bytes, only local reads.
 	return DirSource{Dir: local}.Scan(ctx, prev, sink)
-}
-
-// removeTree removes a temp directory, making read-only directories in it
-// writable first (a session may hold some).
-func removeTree(dir string) {
-	if os.RemoveAll(dir) == nil {
-		return
-	}
-	filepath.WalkDir(dir, func(p string, de os.DirEntry, err error) error {
-		if err == nil && de.IsDir() {
-			os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	os.RemoveAll(dir)
 }
 
 // RestoreSpec says what RestoreTo restores, and where.
