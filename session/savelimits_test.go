@@ -281,3 +281,34 @@ func TestStoreWidePassOverBrokenManifests(t *testing.T) {
 		transfertest.EqualTrees(t, src, dst)
 	}
 }
+
+// TestConfigLimits: a store refuses limits a restore could not apply, and
+// takes archive's defaults for the fields left zero.
+func TestConfigLimits(t *testing.T) {
+	b, err := local.NewDir(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := session.New(session.Config{Backend: b, Limits: archive.Limits{MaxEntries: -1}}); err == nil {
+		t.Fatal("a negative limit was accepted")
+	}
+	// Only MaxEntries lowered: a save of two entries is refused at the
+	// second (the restore's root is the third), one of one passes.
+	s, err := session.New(session.Config{Backend: b, Limits: archive.Limits{MaxEntries: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := t.TempDir()
+	if err := os.WriteFile(filepath.Join(one, "a"), []byte("a"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Save(context.Background(), "one", session.DirSource{Dir: one}); err != nil {
+		t.Fatalf("save of one file under MaxEntries 2: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(one, "b"), []byte("b"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Save(context.Background(), "two", session.DirSource{Dir: one}); !errors.Is(err, archive.ErrLimit) {
+		t.Fatalf("save of two files under MaxEntries 2: %v, want archive.ErrLimit", err)
+	}
+}
