@@ -467,9 +467,8 @@ func (l *Launcher) connect(ctx context.Context, sb Sandbox) (transfer.Remote, er
 	if _, xerr := sb.X.Exec(ctx, &relay.Command{Sandbox: sb.Name, Argv: []string{"true"}}); errors.Is(xerr, relay.ErrNotFound) {
 		return nil, fmt.Errorf("sandbox %s: %w", sb.Name, relay.ErrNotFound)
 	}
-	if errors.Is(err, agent.ErrUnavailable) {
-		err = fmt.Errorf("%w: %w", transfer.ErrAgentRequired, err)
-	}
+	// transfer.Open already says ErrAgentRequired for an agent that
+	// cannot run.
 	return nil, err
 }
 
