@@ -166,3 +166,32 @@ func wantErr(t *testing.T, err error, msg string) {
 		t.Fatalf("want an error with %q, got %v", msg, err)
 	}
 }
+
+// FuzzParseSelector: a client's selector never panics the gateway, what
+// it accepts holds only valid labels and matches a sandbox carrying
+// exactly them, and the selector written back from them parses the same.
+func FuzzParseSelector(f *testing.F) {
+	for _, s := range []string{"", "grp=S,role=primary", "role=secondary,", "a/b=c", " k = v ", "=x", "k", "a=b,,c=d", strings.Repeat("k=v,", 30)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, sel string) {
+		want, err := parseSelector(sel)
+		if err != nil {
+			return
+		}
+		if err := validLabels(want); err != nil {
+			t.Fatalf("parseSelector(%q) accepted labels validLabels refuses: %v", sel, err)
+		}
+		if !matchSelector(want, want) {
+			t.Fatalf("parseSelector(%q) = %v does not match itself", sel, want)
+		}
+		var pairs []string
+		for k, v := range want {
+			pairs = append(pairs, k+"="+v)
+		}
+		again, err := parseSelector(strings.Join(pairs, ","))
+		if err != nil || !reflect.DeepEqual(again, want) {
+			t.Fatalf("written back, %v parses as %v, %v", want, again, err)
+		}
+	})
+}
