@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/relay/openshell"
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
@@ -25,10 +26,10 @@ import (
 // Sandboxes creates and deletes the sandboxes a Launcher runs in.
 // *openshell.Client is one.
 type Sandboxes interface {
-	// Ensure makes sure that the sandbox name exists and can run
-	// commands, creating it from image ("" the gateway's default) when it
-	// does not exist. It is idempotent.
-	Ensure(ctx context.Context, name, image string) error
+	// Ensure makes sure that the sandbox spec.Name exists and can run
+	// commands, creating it from spec when it does not exist. It is
+	// idempotent.
+	Ensure(ctx context.Context, spec openshell.Spec) (openshell.Info, error)
 	// Delete deletes the sandbox name; a sandbox that does not exist is
 	// an error wrapping relay.ErrNotFound.
 	Delete(ctx context.Context, name string) error
@@ -320,7 +321,7 @@ func (l *Launcher) StartDetached(ctx context.Context, spec LaunchSpec) (Handle, 
 	if image == "" {
 		image = l.cfg.Image
 	}
-	if err := l.cfg.Sandboxes.Ensure(ctx, name, image); err != nil {
+	if _, err := l.cfg.Sandboxes.Ensure(ctx, openshell.Spec{Name: name, Image: image}); err != nil {
 		return Handle{}, fmt.Errorf("start run %s: %w", spec.RunID, err)
 	}
 	sb := l.sandbox(name)

@@ -623,10 +623,10 @@ func TestSpawnSurvivesItsExec(t *testing.T) {
 	root := t.TempDir()
 	addr, stop := serveGateway(t, root)
 	c := dialGateway(t, addr)
-	if err := c.Ensure(ctx(t), "spawn", ""); err != nil {
+	if _, err := c.Ensure(ctx(t), openshell.Spec{Name: "spawn"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Ensure(ctx(t), "spawn", ""); err != nil {
+	if _, err := c.Ensure(ctx(t), openshell.Spec{Name: "spawn"}); err != nil {
 		t.Fatalf("second ensure: %v", err)
 	}
 	a, _, err := agent.Dial(ctx(t), agent.DialConfig{X: c, Sandbox: "spawn", Bundle: agenttest.Bundle(t)})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/relay/openshell"
 )
 
 func newRunCmd(g *globals, s streams) *cobra.Command {
@@ -117,7 +118,7 @@ prune of the store is not idle.`,
 					}
 					// Ensure, not Create: a retried run finds the sandbox
 					// its first attempt made.
-					if err := c.Ensure(cmd.Context(), name, image); err != nil {
+					if _, err := c.Ensure(cmd.Context(), openshell.Spec{Name: name, Image: image}); err != nil {
 						return err
 					}
 				}

@@ -39,7 +39,7 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printSandboxes(s.out, g, false, openshell.Describe(sb))
+				return printSandboxes(s.out, g, false, sb)
 			})
 		},
 	}
@@ -56,7 +56,7 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printSandboxes(s.out, g, false, openshell.Describe(sb))
+				return printSandboxes(s.out, g, false, sb)
 			})
 		},
 	}
@@ -87,7 +87,7 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printSandboxes(s.out, g, false, openshell.Describe(sb))
+				return printSandboxes(s.out, g, false, sb)
 			})
 		},
 	}
@@ -101,7 +101,7 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return printSandboxes(s.out, g, false, openshell.Describe(sb))
+				return printSandboxes(s.out, g, false, sb)
 			})
 		},
 	}
@@ -115,11 +115,7 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				infos := make([]openshell.Info, len(all))
-				for i, sb := range all {
-					infos[i] = openshell.Describe(sb)
-				}
-				return printSandboxes(s.out, g, true, infos...)
+				return printSandboxes(s.out, g, true, all...)
 			})
 		},
 	}

@@ -30,9 +30,10 @@ const (
 // one whose stdin and environment carry secrets (exit 3), one that timed
 // out, and a plain one in a workdir.
 type logsFixture struct {
-	g  *gatewaytest.Gateway
-	c  *openshell.Client
-	id string
+	g   *gatewaytest.Gateway
+	c   *openshell.Client
+	raw openshellv1.OpenShellClient
+	id  string
 }
 
 func newLogsFixture(t *testing.T) *logsFixture {
@@ -57,14 +58,15 @@ func newLogsFixture(t *testing.T) *logsFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &logsFixture{g: g, c: c, id: sb.GetMetadata().GetId()}
+	raw, _ := rawClient(t, g)
+	return &logsFixture{g: g, c: c, raw: raw, id: sb.ID}
 }
 
 func (f *logsFixture) logs(t *testing.T, req *openshellv1.GetSandboxLogsRequest) (*openshellv1.GetSandboxLogsResponse, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 	defer cancel()
-	return f.c.API().GetSandboxLogs(ctx, req)
+	return f.raw.GetSandboxLogs(ctx, req)
 }
 
 func messages(lines []*openshellv1.SandboxLogLine) string {
@@ -262,7 +264,8 @@ func TestWatchSandboxFollowLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := c.API().WatchSandbox(ctx, &openshellv1.WatchSandboxRequest{Id: sb.GetMetadata().GetId(), FollowLogs: true, LogTailLines: 1})
+	raw, _ := rawClient(t, g)
+	w, err := raw.WatchSandbox(ctx, &openshellv1.WatchSandboxRequest{Id: sb.ID, FollowLogs: true, LogTailLines: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -254,13 +254,16 @@ func ferryClientLifecycle(t *testing.T, g *gatewaytest.Gateway) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := sb.GetMetadata().GetName()
-	if _, err := c.WaitReady(ctx, sb); err != nil {
+	name := sb.Name
+	if sb.Phase != "ready" {
+		t.Fatalf("Create returned phase %q, want ready", sb.Phase)
+	}
+	if _, err := c.WaitReady(ctx, name); err != nil {
 		t.Fatal(err)
 	}
 	got, err := c.ListSelected(ctx, "grp=F,role=primary")
-	if err != nil || !sameNames(got, []string{name}) {
-		t.Fatalf("ListSelected = %v, %v; want [%s]", names(got), err, name)
+	if err != nil || len(got) != 1 || got[0].Name != name || got[0].Labels["role"] != "primary" {
+		t.Fatalf("ListSelected = %+v, %v; want [%s]", got, err, name)
 	}
 	if _, err := c.ListSelected(ctx, "=x"); !errors.Is(err, openshell.ErrInvalidRequest) {
 		t.Fatalf("a bad selector: err = %v, want ErrInvalidRequest", err)
@@ -270,14 +273,14 @@ func ferryClientLifecycle(t *testing.T, g *gatewaytest.Gateway) {
 	if err != nil || code != 0 || out.String() != "two\n" {
 		t.Fatalf("multi-line exec: %d, %v, %q", code, err, out.String())
 	}
-	if st, err := c.Stop(ctx, name); err != nil || st.GetStatus().GetPhase() != openshellv1.SandboxPhase_SANDBOX_PHASE_STOPPED {
-		t.Fatalf("Stop: %v, %v", st.GetStatus().GetPhase(), err)
+	if st, err := c.Stop(ctx, name); err != nil || st.Phase != "stopped" {
+		t.Fatalf("Stop: %v, %v", st.Phase, err)
 	}
 	if _, err := c.Exec(ctx, &relay.Command{Sandbox: name, Argv: []string{"true"}}); !errors.Is(err, relay.ErrNotReady) {
 		t.Fatalf("exec in a stopped sandbox: err = %v, want relay.ErrNotReady", err)
 	}
-	if st, err := c.Start(ctx, name); err != nil || st.GetStatus().GetPhase() != openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
-		t.Fatalf("Start: %v, %v", st.GetStatus().GetPhase(), err)
+	if st, err := c.Start(ctx, name); err != nil || st.Phase != "ready" {
+		t.Fatalf("Start: %v, %v", st.Phase, err)
 	}
 	out.Reset()
 	if code, err := c.Exec(ctx, &relay.Command{Sandbox: name, Argv: []string{"cat", "kept"}, Stdout: &out}); err != nil || code != 0 || out.String() != "one\n" {

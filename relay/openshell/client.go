@@ -126,9 +126,6 @@ const (
 // Close closes the connection; running Execs fail.
 func (c *Client) Close() error { return c.conn.Close() }
 
-// API is the raw generated client, for RPCs this package does not wrap.
-func (c *Client) API() openshellv1.OpenShellClient { return c.api }
-
 type bearer struct {
 	token  string
 	secure bool

@@ -4,25 +4,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/ferry-dev/ferry/relay"
 )
 
-// Ensure makes sure that a sandbox called name exists and is READY:
-// it creates it from image (the gateway's default when empty) and waits,
-// or, when one of that name exists already (a retried start, a second
-// orchestrator), waits for that one. It is idempotent; an existing sandbox
-// is taken whatever image it was made from. A sandbox being deleted, or
-// failed, is an error wrapping relay.ErrNotReady.
-func (c *Client) Ensure(ctx context.Context, name, image string) error {
-	_, err := c.Create(ctx, Spec{Name: name, Image: image})
-	if !errors.Is(err, ErrExists) {
-		return err
+// Ensure makes sure that the sandbox spec names exists and is READY: it
+// looks it up first, creates it from spec when there is none, and waits.
+// A sandbox of that name that exists already (a retried start, a second
+// orchestrator that won the race to create it) is waited for, whatever it
+// was made from: Ensure creates at most once. A sandbox being deleted, or
+// failed, is an error wrapping relay.ErrNotReady. spec.Name is required:
+// without it every call would make a new sandbox.
+func (c *Client) Ensure(ctx context.Context, spec Spec) (Info, error) {
+	if spec.Name == "" {
+		return Info{}, fmt.Errorf("ensure sandbox: %w: no name", ErrInvalidRequest)
 	}
-	sb, err := c.Get(ctx, name)
+	sb, err := c.get(ctx, spec.Name)
+	if errors.Is(err, relay.ErrNotFound) {
+		var info Info
+		info, err = c.Create(ctx, spec)
+		if !errors.Is(err, ErrExists) {
+			return info, err
+		}
+		sb, err = c.get(ctx, spec.Name)
+	}
 	if err != nil {
-		return fmt.Errorf("ensure sandbox %s: %w", name, err)
+		return Info{}, fmt.Errorf("ensure sandbox %s: %w", spec.Name, err)
 	}
-	if _, err := c.WaitReady(ctx, sb); err != nil {
-		return fmt.Errorf("ensure sandbox %s: %w", name, err)
+	info, err := c.waitReady(ctx, sb)
+	if err != nil {
+		return Info{}, fmt.Errorf("ensure sandbox %s: %w", spec.Name, err)
 	}
-	return nil
+	return info, nil
 }

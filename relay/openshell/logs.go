@@ -29,7 +29,7 @@ func (c *Client) SandboxLogs(ctx context.Context, name string) ([]LogLine, error
 		return nil, err
 	}
 	resp, err := c.api.GetSandboxLogs(ctx, &openshellv1.GetSandboxLogsRequest{
-		SandboxId: sb.GetMetadata().GetId(),
+		SandboxId: sb.ID,
 		Workspace: c.cfg.Workspace,
 	})
 	if err != nil {

@@ -30,12 +30,12 @@ func (c *Client) SandboxID(ctx context.Context, name string) (string, error) {
 	if ok {
 		return id, nil
 	}
-	sb, err := c.Get(ctx, name)
+	sb, err := c.get(ctx, name)
 	if err != nil {
 		return "", err
 	}
 	if p := sb.GetStatus().GetPhase(); p != openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
-		return "", fmt.Errorf("sandbox %s: %w (phase %s)", name, relay.ErrNotReady, PhaseName(p))
+		return "", fmt.Errorf("sandbox %s: %w (phase %s)", name, relay.ErrNotReady, phaseName(p))
 	}
 	id = sb.GetMetadata().GetId()
 	c.mu.Lock()
@@ -51,7 +51,12 @@ func (c *Client) forget(name string) {
 }
 
 // Get returns the sandbox called name.
-func (c *Client) Get(ctx context.Context, name string) (*openshellv1.Sandbox, error) {
+func (c *Client) Get(ctx context.Context, name string) (Info, error) {
+	sb, err := c.get(ctx, name)
+	return describe(sb), err
+}
+
+func (c *Client) get(ctx context.Context, name string) (*openshellv1.Sandbox, error) {
 	resp, err := c.api.GetSandbox(ctx, &openshellv1.GetSandboxRequest{Name: name, Workspace: c.cfg.Workspace})
 	if err != nil {
 		return nil, c.lifecycleError("get sandbox "+name, err)
@@ -88,36 +93,55 @@ func (s Spec) request(ws string) *openshellv1.CreateSandboxRequest {
 // Create creates a sandbox from spec and waits until it is READY. A
 // sandbox of that name that exists already is an error wrapping
 // ErrExists: Ensure is the idempotent form.
-func (c *Client) Create(ctx context.Context, spec Spec) (*openshellv1.Sandbox, error) {
+func (c *Client) Create(ctx context.Context, spec Spec) (Info, error) {
 	req := spec.request(c.cfg.Workspace)
 	resp, err := c.api.CreateSandbox(ctx, req)
 	if err != nil {
-		return nil, c.lifecycleError("create sandbox "+req.GetName(), err)
+		return Info{}, c.lifecycleError("create sandbox "+req.GetName(), err)
 	}
-	return c.WaitReady(ctx, resp.GetSandbox())
+	return c.waitReady(ctx, resp.GetSandbox())
 }
 
-// WaitReady follows a sandbox's status until it is READY, or fails when it
-// reaches ERROR, is deleted, or is stopped.
-func (c *Client) WaitReady(ctx context.Context, sb *openshellv1.Sandbox) (*openshellv1.Sandbox, error) {
+// WaitReady follows the status of the sandbox called name until it is
+// READY, or fails when it reaches ERROR, is deleted, or is stopped.
+func (c *Client) WaitReady(ctx context.Context, name string) (Info, error) {
+	sb, err := c.get(ctx, name)
+	if err != nil {
+		return Info{}, err
+	}
+	return c.waitReady(ctx, sb)
+}
+
+func (c *Client) waitReady(ctx context.Context, sb *openshellv1.Sandbox) (Info, error) {
+	got, err := c.watchReady(ctx, sb)
+	return describe(got), err
+}
+
+func (c *Client) watchReady(ctx context.Context, sb *openshellv1.Sandbox) (*openshellv1.Sandbox, error) {
 	name := sb.GetMetadata().GetName()
 	if sb.GetStatus().GetPhase() == openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
 		return sb, nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The last phase seen goes into a deadline's error: "still
+	// provisioning" says where a sandbox got stuck.
+	last := sb.GetStatus().GetPhase()
 	stream, err := c.api.WatchSandbox(ctx, &openshellv1.WatchSandboxRequest{Id: sb.GetMetadata().GetId(), FollowStatus: true, StopOnTerminal: true})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("wait for sandbox %s: still %s: %w", name, phaseName(last), ctx.Err())
+		}
 		return nil, c.lifecycleError("watch sandbox "+name, err)
 	}
 	for {
 		ev, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("watch sandbox %s: %w: watch ended before READY", name, relay.ErrNotReady)
+			return nil, fmt.Errorf("watch sandbox %s: %w: watch ended before READY (phase %s)", name, relay.ErrNotReady, phaseName(last))
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, fmt.Errorf("wait for sandbox %s: still %s: %w", name, phaseName(last), ctx.Err())
 			}
 			return nil, c.lifecycleError("watch sandbox "+name, err)
 		}
@@ -125,14 +149,15 @@ func (c *Client) WaitReady(ctx context.Context, sb *openshellv1.Sandbox) (*opens
 		if got == nil {
 			continue
 		}
-		switch p := got.GetStatus().GetPhase(); p {
+		last = got.GetStatus().GetPhase()
+		switch p := last; p {
 		case openshellv1.SandboxPhase_SANDBOX_PHASE_READY:
 			return got, nil
 		case openshellv1.SandboxPhase_SANDBOX_PHASE_ERROR, openshellv1.SandboxPhase_SANDBOX_PHASE_DELETING,
 			// Upstream's watch ends only at READY: a stopped sandbox would
 			// keep it open until ctx ends.
 			openshellv1.SandboxPhase_SANDBOX_PHASE_STOPPING, openshellv1.SandboxPhase_SANDBOX_PHASE_STOPPED:
-			return nil, fmt.Errorf("sandbox %s: %w (phase %s)", name, relay.ErrNotReady, PhaseName(p))
+			return nil, fmt.Errorf("sandbox %s: %w (phase %s)", name, relay.ErrNotReady, phaseName(p))
 		}
 	}
 }
@@ -151,27 +176,27 @@ func (c *Client) Delete(ctx context.Context, name string) error {
 // Stop stops the sandbox called name: every process in it ends, its files
 // stay. It returns the STOPPED sandbox; stopping a stopped one is not an
 // error. A sandbox that is not READY is an error wrapping relay.ErrNotReady.
-func (c *Client) Stop(ctx context.Context, name string) (*openshellv1.Sandbox, error) {
+func (c *Client) Stop(ctx context.Context, name string) (Info, error) {
 	resp, err := c.api.StopSandbox(ctx, &openshellv1.StopSandboxRequest{Name: name, Workspace: c.cfg.Workspace})
 	if err != nil {
-		return nil, c.lifecycleError("stop sandbox "+name, err)
+		return Info{}, c.lifecycleError("stop sandbox "+name, err)
 	}
-	return resp.GetSandbox(), nil
+	return describe(resp.GetSandbox()), nil
 }
 
 // Start starts the stopped sandbox called name and waits until it is
 // READY. Starting a READY sandbox is not an error; one in another phase is
 // an error wrapping relay.ErrNotReady.
-func (c *Client) Start(ctx context.Context, name string) (*openshellv1.Sandbox, error) {
+func (c *Client) Start(ctx context.Context, name string) (Info, error) {
 	resp, err := c.api.StartSandbox(ctx, &openshellv1.StartSandboxRequest{Name: name, Workspace: c.cfg.Workspace})
 	if err != nil {
-		return nil, c.lifecycleError("start sandbox "+name, err)
+		return Info{}, c.lifecycleError("start sandbox "+name, err)
 	}
-	return c.WaitReady(ctx, resp.GetSandbox())
+	return c.waitReady(ctx, resp.GetSandbox())
 }
 
 // List returns the sandboxes of the client's workspace.
-func (c *Client) List(ctx context.Context) ([]*openshellv1.Sandbox, error) {
+func (c *Client) List(ctx context.Context) ([]Info, error) {
 	return c.ListSelected(ctx, "")
 }
 
@@ -179,15 +204,17 @@ func (c *Client) List(ctx context.Context) ([]*openshellv1.Sandbox, error) {
 // every label of selector, upstream's "key=value,key2=value2" ("" is
 // all). A selector the gateway cannot parse is an error wrapping
 // ErrInvalidRequest.
-func (c *Client) ListSelected(ctx context.Context, selector string) ([]*openshellv1.Sandbox, error) {
-	var all []*openshellv1.Sandbox
+func (c *Client) ListSelected(ctx context.Context, selector string) ([]Info, error) {
+	var all []Info
 	const page = 100
 	for off := uint32(0); ; off += page {
 		resp, err := c.api.ListSandboxes(ctx, &openshellv1.ListSandboxesRequest{Limit: page, Offset: off, Workspace: c.cfg.Workspace, LabelSelector: selector})
 		if err != nil {
 			return nil, c.lifecycleError("list sandboxes", err)
 		}
-		all = append(all, resp.GetSandboxes()...)
+		for _, sb := range resp.GetSandboxes() {
+			all = append(all, describe(sb))
+		}
 		if len(resp.GetSandboxes()) < page || off > 1<<20 {
 			return all, nil
 		}
@@ -229,19 +256,23 @@ type Info struct {
 	Name      string
 	ID        string
 	Workspace string
-	// Phase is PhaseName's: "ready", "provisioning", "stopped", ...
+	// Phase is upstream's phase without its enum prefix, lower case:
+	// "ready", "provisioning", "stopped", ...
 	Phase   string
 	Created time.Time // zero if the gateway did not say
 	Labels  map[string]string
 }
 
-// Describe is sb as an Info.
-func Describe(sb *openshellv1.Sandbox) Info {
+// describe is sb as an Info; a nil sb is the zero Info.
+func describe(sb *openshellv1.Sandbox) Info {
+	if sb == nil {
+		return Info{}
+	}
 	i := Info{
 		Name:      sb.GetMetadata().GetName(),
 		ID:        sb.GetMetadata().GetId(),
 		Workspace: sb.GetMetadata().GetWorkspace(),
-		Phase:     PhaseName(sb.GetStatus().GetPhase()),
+		Phase:     phaseName(sb.GetStatus().GetPhase()),
 		Labels:    sb.GetMetadata().GetLabels(),
 	}
 	if ms := sb.GetMetadata().GetCreatedAtMs(); ms > 0 {
@@ -250,8 +281,8 @@ func Describe(sb *openshellv1.Sandbox) Info {
 	return i
 }
 
-// PhaseName is a phase without its enum prefix, lower case: "ready".
-func PhaseName(p openshellv1.SandboxPhase) string {
+// phaseName is a phase without its enum prefix, lower case: "ready".
+func phaseName(p openshellv1.SandboxPhase) string {
 	const prefix = "SANDBOX_PHASE_"
 	s := p.String()
 	if len(s) > len(prefix) && s[:len(prefix)] == prefix {

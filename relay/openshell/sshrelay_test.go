@@ -54,7 +54,7 @@ func echo(t *testing.T, x relay.Execer, box, word string) error {
 func TestSSHExecerErrors(t *testing.T) {
 	g := gatewaytest.Start(t, gatewaytest.Options{Config: gateway.Config{ReadyDelay: time.Hour}})
 	c := g.Client(t, openshell.Config{})
-	if _, err := c.API().CreateSandbox(ctxFor(t), &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "slow"}); err != nil {
+	if _, err := openshell.API(c).CreateSandbox(ctxFor(t), &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: "slow"}); err != nil {
 		t.Fatal(err)
 	}
 	x := sshVia(t, c)

@@ -1,0 +1,7 @@
+package openshell
+
+import openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
+
+// API is c's generated client, for tests that send a request this
+// package never builds.
+func API(c *Client) openshellv1.OpenShellClient { return c.api }
