@@ -447,7 +447,7 @@ func makePrivateDir(ctx context.Context, r transfer.Remote, p string) error {
 	fill := func(w *archive.Writer) error {
 		return w.WriteEntry(ctx, archive.Header{Name: ".", Kind: archive.Dir, Mode: 0o700, ModTime: time.Now()}, nil)
 	}
-	_, err := r.Upload(ctx, fill, p, archive.PlaceNew, 0)
+	_, err := r.Upload(ctx, transfer.UploadSpec{Dest: p, Place: archive.PlaceNew}, fill)
 	return err
 }
 

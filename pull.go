@@ -93,7 +93,7 @@ func pull(ctx context.Context, sb Sandbox, r transfer.Remote, metaDir, out strin
 			return res, fmt.Errorf("create staging dir: %w", err)
 		}
 		defer os.RemoveAll(stage)
-		cs, err := r.Download(ctx, metaDir, present, stage, archive.PlaceInto, limits)
+		cs, err := r.Download(ctx, transfer.DownloadSpec{Dir: metaDir, Names: present, Local: stage, Place: archive.PlaceInto, Limits: limits})
 		if err != nil {
 			return res, fmt.Errorf("pull from %s:%s: %w", sb.Name, metaDir, err)
 		}

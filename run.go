@@ -386,9 +386,9 @@ func uploadSecretAgent(ctx context.Context, sb Sandbox, r transfer.Remote, m Map
 	switch kind {
 	case archive.Missing:
 		// The directory goes too, so it lands 0700.
-		_, err = r.Upload(ctx, transfer.Items(ctx, transfer.Item{Src: stage, Name: path.Base(dir)}), dir, archive.PlaceAs, 2)
+		_, err = r.Upload(ctx, transfer.UploadSpec{Dest: dir, Place: archive.PlaceAs, Entries: 2}, transfer.Items(ctx, transfer.Item{Src: stage, Name: path.Base(dir)}))
 	case archive.Dir:
-		_, err = r.Upload(ctx, transfer.Items(ctx, transfer.Item{Src: filepath.Join(stage, name), Name: name}), dir, archive.PlaceInto, 1)
+		_, err = r.Upload(ctx, transfer.UploadSpec{Dest: dir, Place: archive.PlaceInto, Entries: 1}, transfer.Items(ctx, transfer.Item{Src: filepath.Join(stage, name), Name: name}))
 	default:
 		return fmt.Errorf("%s:%s: %w", sb.Name, dir, transfer.ErrNotDir)
 	}

@@ -138,7 +138,7 @@ func (d *downloadSource) Scan(ctx context.Context, prev *Parent, sink Sink) erro
 	}
 	defer archive.RemoveTree(tmp)
 	local := filepath.Join(tmp, "tree")
-	cs, err := d.r.Download(ctx, d.dir, []string{"."}, local, archive.PlaceNew, archive.Limits{})
+	cs, err := d.r.Download(ctx, transfer.DownloadSpec{Dir: d.dir, Names: []string{"."}, Local: local, Place: archive.PlaceNew})
 	d.wire.Add(cs.WireBytes)
 	if err != nil {
 		return fmt.Errorf("download %s: %w", d.dir, err)
@@ -266,7 +266,7 @@ func (st *Store) RestoreTo(ctx context.Context, r transfer.Remote, spec RestoreS
 		cs, err = st.restoreSnapshot(ctx, r, m, dest, place)
 	} else {
 		fill := func(w *archive.Writer) error { return st.writeSnapshot(ctx, m, w, place == archive.PlaceNew) }
-		cs, err = r.Upload(ctx, fill, dest, place, m.Files+m.Dirs+m.Symlinks)
+		cs, err = r.Upload(ctx, transfer.UploadSpec{Dest: dest, Place: place, Entries: m.Files + m.Dirs + m.Symlinks}, fill)
 	}
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, name, remoteDir, err)
@@ -450,7 +450,7 @@ func (st *Store) restoreSnapshot(ctx context.Context, r transfer.Remote, m *Mani
 	pf := startPrefetch(ctx, st, m, entries, prefetchWindow)
 	defer pf.close()
 	res, err := c.Restore(ctx, agent.RestoreSpec{Dest: dest, Place: place, Staging: staging}, entries, pf.next)
-	transfer.LogStale(r.Target().Logger, r.Target().Name, "sandbox", dest, res.StaleStaging, nil)
+	r.Target().LogStale("sandbox", dest, res.StaleStaging, nil)
 	if err != nil {
 		stagingPath := path.Join(archive.StagingParent(dest, place), staging)
 		// A stream the host broke off (a chunk it could not read) is

@@ -26,17 +26,17 @@ func (a agentRemote) Stat(ctx context.Context, p string, follow bool) (archive.K
 	return a.c.Stat(ctx, p, follow)
 }
 
-func (a agentRemote) Upload(ctx context.Context, fill Fill, dest string, place archive.Placement, want int64) (Stats, error) {
+func (a agentRemote) Upload(ctx context.Context, spec UploadSpec, fill Fill) (Stats, error) {
 	staging := archive.StagingPrefix + archive.RandomTag()
-	res, err := a.c.Put(ctx, agent.PutSpec{Dest: dest, Place: place, Compress: a.t.Compress, Staging: staging}, fill)
-	LogStale(a.log, a.t.Name, "sandbox", dest, res.StaleStaging, nil)
+	res, err := a.c.Put(ctx, agent.PutSpec{Dest: spec.Dest, Place: spec.Place, Compress: a.t.Compress, Staging: staging}, fill)
+	a.t.LogStale("sandbox", spec.Dest, res.StaleStaging, nil)
 	if err != nil {
 		if a.c.Lost() {
-			RemoveStaging(ctx, a.t, path.Join(archive.StagingParent(dest, place), staging))
+			RemoveStaging(ctx, a.t, path.Join(archive.StagingParent(spec.Dest, spec.Place), staging))
 		}
 		return Stats{}, err
 	}
-	if res.Entries != want {
+	if want := spec.Entries; res.Entries != want {
 		// The tree changed while it was archived: what the agent checked
 		// is what was sent, but it is not what was counted.
 		return Stats{}, fmt.Errorf("%w: %d entries counted, %d sent", ErrShort, want, res.Entries)
@@ -44,9 +44,9 @@ func (a agentRemote) Upload(ctx context.Context, fill Fill, dest string, place a
 	return StatsOf(res), nil
 }
 
-func (a agentRemote) Download(ctx context.Context, dir string, names []string, local string, place archive.Placement, limits archive.Limits) (Stats, error) {
-	res, err := a.c.Get(ctx, agent.GetSpec{Dir: dir, Names: names, Local: local, Place: place, Limits: limits, Compress: a.t.Compress})
-	LogStale(a.log, a.t.Name, "host", local, res.StaleStaging, nil)
+func (a agentRemote) Download(ctx context.Context, spec DownloadSpec) (Stats, error) {
+	res, err := a.c.Get(ctx, agent.GetSpec{Dir: spec.Dir, Names: spec.Names, Local: spec.Local, Place: spec.Place, Limits: spec.Limits, Compress: a.t.Compress})
+	a.t.LogStale("host", spec.Local, res.StaleStaging, nil)
 	if err != nil {
 		return Stats{}, err
 	}

@@ -102,7 +102,7 @@ func Upload(ctx context.Context, r Remote, srcs []string, dst string) (Stats, er
 		}
 		want += n
 	}
-	cs, err := r.Upload(ctx, Items(ctx, items...), remoteDest, place, want)
+	cs, err := r.Upload(ctx, UploadSpec{Dest: remoteDest, Place: place, Entries: want}, Items(ctx, items...))
 	if err != nil {
 		return Stats{}, fmt.Errorf("upload to %s:%s: %w", name, dst, err)
 	}
@@ -185,7 +185,7 @@ func Download(ctx context.Context, r Remote, srcs []string, dst string, limits a
 			dir, names = path.Dir(clean), []string{path.Base(clean)}
 			place = archive.PlaceAs
 		}
-		cs, err := r.Download(ctx, dir, names, dst, place, limits)
+		cs, err := r.Download(ctx, DownloadSpec{Dir: dir, Names: names, Local: dst, Place: place, Limits: limits})
 		if err != nil {
 			return Stats{}, fmt.Errorf("download %s:%s: %w", name, s, err)
 		}

@@ -33,7 +33,7 @@ func (p posixRemote) Stat(ctx context.Context, path string, follow bool) (archiv
 	return p.r.Stat(ctx, path)
 }
 
-func (p posixRemote) Upload(ctx context.Context, fill Fill, dest string, place archive.Placement, want int64) (Stats, error) {
+func (p posixRemote) Upload(ctx context.Context, spec UploadSpec, fill Fill) (Stats, error) {
 	pr, pw := io.Pipe()
 	// The tar writer makes several small writes per entry; unbuffered,
 	// each became one exec-stream message (70,000 for 10,000 small files).
@@ -51,9 +51,9 @@ func (p posixRemote) Upload(ctx context.Context, fill Fill, dest string, place a
 		pw.CloseWithError(err)
 		werr <- err
 	}()
-	res, err := p.r.Upload(ctx, pr, dest, posix.Placement(place), want)
+	res, err := p.r.Upload(ctx, pr, spec.Dest, posix.Placement(spec.Place), spec.Entries)
 	pr.CloseWithError(io.ErrClosedPipe)
-	LogStale(p.t.log(), p.t.Name, "sandbox", dest, res.Swept, nil)
+	p.t.LogStale("sandbox", spec.Dest, res.Swept, nil)
 	if wErr := <-werr; wErr != nil && err == nil {
 		err = wErr
 	}
@@ -66,12 +66,12 @@ func (p posixRemote) Upload(ctx context.Context, fill Fill, dest string, place a
 
 // Download runs the sandbox's tar and extracts its stream on the host,
 // where every entry is checked.
-func (p posixRemote) Download(ctx context.Context, dir string, names []string, local string, place archive.Placement, limits archive.Limits) (Stats, error) {
-	onStale := func(n int, err error) { LogStale(p.t.log(), p.t.Name, "host", local, n, err) }
+func (p posixRemote) Download(ctx context.Context, spec DownloadSpec) (Stats, error) {
+	onStale := func(n int, err error) { p.t.LogStale("host", spec.Local, n, err) }
 	pr, pw := io.Pipe()
 	done := make(chan download, 1)
 	go func() {
-		res, err := p.r.Download(ctx, dir, names, pw)
+		res, err := p.r.Download(ctx, spec.Dir, spec.Names, pw)
 		pw.CloseWithError(err)
 		done <- download{res, err}
 	}()
@@ -84,7 +84,7 @@ func (p posixRemote) Download(ctx context.Context, dir string, names []string, l
 		}
 		return *d
 	}
-	st, err := archive.Extract(ctx, pr, local, archive.ExtractOptions{Limits: limits, Place: place, Names: names, OnStale: onStale, Verify: func(st archive.Stats) error {
+	st, err := archive.Extract(ctx, pr, spec.Local, archive.ExtractOptions{Limits: spec.Limits, Place: spec.Place, Names: spec.Names, OnStale: onStale, Verify: func(st archive.Stats) error {
 		// tar pads its output to a whole record after the end of the
 		// archive; take that, but not an endless stream.
 		if n, err := io.Copy(io.Discard, io.LimitReader(pr, maxTrailer+1)); err != nil {

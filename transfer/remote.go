@@ -54,17 +54,37 @@ type Remote interface {
 	// Stat reports what p is, following a final symlink when follow is
 	// set.
 	Stat(ctx context.Context, p string, follow bool) (archive.Kind, error)
-	// Upload places at dest the archive that fill writes; want is the
-	// number of entries it holds (Files + Dirs + Symlinks of the writer's
-	// Stats), which the sandbox must count too.
-	Upload(ctx context.Context, fill Fill, dest string, place archive.Placement, want int64) (Stats, error)
-	// Download extracts names, entries of dir in the sandbox, to local.
-	Download(ctx context.Context, dir string, names []string, local string, place archive.Placement, limits archive.Limits) (Stats, error)
+	// Upload places the archive that fill writes as spec says.
+	Upload(ctx context.Context, spec UploadSpec, fill Fill) (Stats, error)
+	// Download extracts what spec names from the sandbox.
+	Download(ctx context.Context, spec DownloadSpec) (Stats, error)
 	// Present returns which of names are regular files in dir.
 	Present(ctx context.Context, dir string, names []string) ([]string, error)
 	// Close ends the connection; in agent mode it reports how the agent
 	// ended.
 	Close() error
+}
+
+// UploadSpec is where a Remote's Upload goes.
+type UploadSpec struct {
+	// Dest is the sandbox path the archive is placed at (or into).
+	Dest  string
+	Place archive.Placement
+	// Entries is how many entries the archive holds (Files + Dirs +
+	// Symlinks of the writer's Stats), which the sandbox must count too:
+	// fewer is ErrShort.
+	Entries int64
+}
+
+// DownloadSpec is what a Remote's Download takes, and where to.
+type DownloadSpec struct {
+	// Dir is the sandbox directory Names are entries of.
+	Dir   string
+	Names []string
+	// Local is the host path the entries are placed at (or into).
+	Local  string
+	Place  archive.Placement
+	Limits archive.Limits
 }
 
 // Fill writes an upload's entries.
@@ -170,18 +190,17 @@ func RemoveStaging(ctx context.Context, t Target, p string) {
 // removeStagingWait bounds RemoveStaging.
 const removeStagingWait = 30 * time.Second
 
-// LogStale logs the stale staging directories of earlier transfers that
-// a transfer to dest removed before it staged its own (side "sandbox" or
-// "host", where dest is), and a failure to remove one.
-func LogStale(log *slog.Logger, sandbox, side, dest string, n int, err error) {
-	if log == nil {
-		return
-	}
+// LogStale logs, to t's Logger, the n stale staging directories of
+// earlier transfers that a transfer to dest removed before it staged its
+// own (side "sandbox" or "host", where dest is), and a failure to remove
+// one.
+func (t Target) LogStale(side, dest string, n int, err error) {
+	log := t.log()
 	if n > 0 {
-		log.Info("removed stale staging directories of earlier transfers", "sandbox", sandbox, "side", side, "dest", dest, "count", n)
+		log.Info("removed stale staging directories of earlier transfers", "sandbox", t.Name, "side", side, "dest", dest, "count", n)
 	}
 	if err != nil {
-		log.Warn("cannot remove a stale staging directory", "sandbox", sandbox, "side", side, "dest", dest, "err", err)
+		log.Warn("cannot remove a stale staging directory", "sandbox", t.Name, "side", side, "dest", dest, "err", err)
 	}
 }
 
