@@ -290,7 +290,7 @@ func testPull(t *testing.T, mode variant) {
 	meta := filepath.Join(e.root, "rascal-meta")
 	write(t, meta, map[string]string{"agent.ndjson": "{}\n", "runner.log": "queued\n"})
 	out := t.TempDir()
-	res, err := ferry.Pull(ctx(t), e.sb, "", out, archive.Limits{})
+	res, err := ferry.Pull(ctx(t), e.sb, ferry.PullSpec{Out: out})
 	if !errors.Is(err, ferry.ErrNoMeta) {
 		t.Fatalf("without meta.json: err = %v, want ErrNoMeta", err)
 	}
@@ -299,7 +299,7 @@ func testPull(t *testing.T, mode variant) {
 		t.Fatalf("missing = %v", res.Missing)
 	}
 	write(t, meta, map[string]string{"meta.json": `{"exit_code":0}`})
-	res, err = ferry.Pull(ctx(t), e.sb, "", out, archive.Limits{})
+	res, err = ferry.Pull(ctx(t), e.sb, ferry.PullSpec{Out: out})
 	if err != nil {
 		t.Fatal(err)
 	}

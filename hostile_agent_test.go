@@ -125,7 +125,7 @@ func TestHostileAgentDownload(t *testing.T) {
 	t.Run("pull", func(t *testing.T) {
 		h.lie(t, hostile.Scenario{GetExtra: []string{".bashrc"}})
 		out := filepath.Join(home, "run")
-		_, err := ferry.Pull(ctx(t), h.sb, "", out, archive.Limits{})
+		_, err := ferry.Pull(ctx(t), h.sb, ferry.PullSpec{Out: out})
 		h.served(t)
 		wantEntryErr(t, err, archive.ErrUnrequested, ".bashrc")
 		if _, err := os.Lstat(filepath.Join(out, ".bashrc")); !os.IsNotExist(err) {
@@ -172,7 +172,7 @@ func TestHostileAgentDownload(t *testing.T) {
 				sameTree(t, tree(t, home), before)
 			}
 			out := filepath.Join(home, "pulled")
-			if _, err := ferry.Pull(ctx(t), h.sb, "", out, archive.Limits{}); err == nil {
+			if _, err := ferry.Pull(ctx(t), h.sb, ferry.PullSpec{Out: out}); err == nil {
 				t.Fatal("pull of a crafted archive succeeded")
 			}
 			noneIn(t, out)
@@ -182,7 +182,7 @@ func TestHostileAgentDownload(t *testing.T) {
 	t.Run("sparse-meta", func(t *testing.T) {
 		h.lie(t, hostile.Scenario{GetArchive: filepath.Join(fixtures, "sparse-meta.tar")})
 		out := filepath.Join(home, "pulled")
-		_, err := ferry.Pull(ctx(t), h.sb, "", out, archive.Limits{})
+		_, err := ferry.Pull(ctx(t), h.sb, ferry.PullSpec{Out: out})
 		h.served(t)
 		wantEntryErr(t, err, archive.ErrUnsupported, "meta.json")
 		noneIn(t, out)

@@ -211,7 +211,7 @@ func TestIdleSandboxTar(t *testing.T) {
 			case "upload":
 				_, err = ferry.Upload(ctx(t), sb, []string{filepath.Join(local, "up")}, "up")
 			case "pull":
-				_, err = ferry.Pull(ctx(t), sb, "", dst, archive.Limits{})
+				_, err = ferry.Pull(ctx(t), sb, ferry.PullSpec{Out: dst})
 			case "run":
 				_, err = ferry.Run(ctx(t), sb, ferry.RunSpec{Argv: []string{"true"}, Out: t.TempDir(),
 					Inputs: []ferry.Mapping{{Local: filepath.Join(local, "up"), Remote: "up"}}})

@@ -43,24 +43,40 @@ type PullResult struct {
 	RelayLost string `json:"relay_lost,omitempty"`
 }
 
-// Pull saves the run artifacts found in metaDir in the sandbox into out,
-// each file replaced atomically (rename), after the whole stream has been
-// checked. Absent optional files are listed in Missing; an absent
-// meta.json is ErrNoMeta, with everything else still saved.
-func Pull(ctx context.Context, sb Sandbox, metaDir, out string, limits archive.Limits) (_ PullResult, err error) {
+// PullSpec says where a pull's artifacts are and where they go.
+type PullSpec struct {
+	// MetaDir is the sandbox directory of the artifacts; ""
+	// is DefaultMetaDir.
+	MetaDir string
+	// Out is the host directory they are saved into.
+	Out string
+	// Limits bound what the sandbox may send; zero fields are the
+	// defaults.
+	Limits archive.Limits
+}
+
+func (p PullSpec) metaDir() string {
+	if p.MetaDir == "" {
+		return DefaultMetaDir
+	}
+	return p.MetaDir
+}
+
+// Pull saves the run artifacts found in spec.MetaDir in the sandbox into
+// spec.Out, each file replaced atomically (rename), after the whole
+// stream has been checked. Absent optional files are listed in Missing;
+// an absent meta.json is ErrNoMeta, with everything else still saved.
+func Pull(ctx context.Context, sb Sandbox, spec PullSpec) (_ PullResult, err error) {
 	start := time.Now()
 	res := PullResult{}
-	if metaDir == "" {
-		metaDir = DefaultMetaDir
-	}
-	ctx, sb, idle := sb.watchIdle(ctx, fmt.Sprintf("pull from %s:%s", sb.Name, metaDir))
+	ctx, sb, idle := sb.watchIdle(ctx, fmt.Sprintf("pull from %s:%s", sb.Name, spec.metaDir()))
 	defer func() { err = idle.end(err) }()
 	r, err := sb.open(ctx)
 	if err != nil {
 		return res, err
 	}
 	defer r.Close()
-	res, err = pull(ctx, sb, r, metaDir, out, limits)
+	res, err = pull(ctx, sb, r, spec)
 	if cerr := r.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("pull from %s: %w", sb.Name, cerr)
 	}
@@ -69,7 +85,8 @@ func Pull(ctx context.Context, sb Sandbox, metaDir, out string, limits archive.L
 }
 
 // pull is Pull through an open remote.
-func pull(ctx context.Context, sb Sandbox, r transfer.Remote, metaDir, out string, limits archive.Limits) (PullResult, error) {
+func pull(ctx context.Context, sb Sandbox, r transfer.Remote, spec PullSpec) (PullResult, error) {
+	metaDir, out, limits := spec.metaDir(), spec.Out, spec.Limits
 	res := PullResult{Mode: r.Mode().String()}
 	present, err := r.Present(ctx, metaDir, Artifacts)
 	if err != nil {

@@ -262,11 +262,7 @@ func finishRun(ctx context.Context, sb Sandbox, spec RunSpec, sessions []RunSess
 // idle, when not nil, is held while a save waits for a prune.
 func finishThrough(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunSpec, sessions []RunSession, idle *idleWatch) (pres PullResult, pullErr, sessionErr error) {
 	start := time.Now()
-	metaDir := spec.MetaDir
-	if metaDir == "" {
-		metaDir = DefaultMetaDir
-	}
-	pres, pullErr = pull(ctx, sb, r, metaDir, spec.Out, spec.Limits)
+	pres, pullErr = pull(ctx, sb, r, PullSpec{MetaDir: spec.MetaDir, Out: spec.Out, Limits: spec.Limits})
 	pres.Seconds = time.Since(start).Seconds()
 	// A save may wait, with the channel quiet, for a prune of the store to
 	// finish (session's locks): that is the host waiting, not a stalled

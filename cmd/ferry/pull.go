@@ -13,7 +13,6 @@ import (
 	"github.com/ferry-dev/ferry"
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/openshell"
-	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
 // exitNoMeta is `ferry pull`'s exit code when meta.json is absent: the
@@ -71,7 +70,7 @@ either way, for --idle-timeout fails; --follow, which waits for the run, is not 
 				return err
 			}
 			sb.IdleTimeout = idleTimeout
-			res, err := ferry.Pull(cmd.Context(), sb, metaDir, out, archive.Limits{})
+			res, err := ferry.Pull(cmd.Context(), sb, ferry.PullSpec{MetaDir: metaDir, Out: out})
 			noMeta := errors.Is(err, ferry.ErrNoMeta)
 			if err != nil && !noMeta {
 				return err
