@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -8,6 +9,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ferry-dev/ferry/relay/openshell"
+	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
 )
 
 // TestSandboxDeleteEndsDetached: `ferry sandbox delete` ends what the
@@ -69,4 +74,69 @@ func startTime(pid string) string {
 		return ""
 	}
 	return f[19]
+}
+
+// TestSandboxDeleteEndsAgentRun: a run detached through ferry's agent
+// (Spawn: a supervisor that double-forks away from the exec and outlives
+// it) ends, supervisor and command, with `ferry sandbox delete`.
+func TestSandboxDeleteEndsAgentRun(t *testing.T) {
+	g := activeGateway(t)
+	wantOK(t, runFerry(t, nil, "--quiet", "sandbox", "create", "agent"))
+	c := g.Client(t, openshell.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, _, err := agent.Dial(ctx, agent.DialConfig{X: c, Sandbox: "agent", Bundle: agenttest.Bundle(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, spawned, err := a.Spawn(ctx, agent.SpawnSpec{
+		StateDir: "state", RunID: "r", Log: "out.log",
+		Argv: []string{"sh", "-c", `echo $$ > cmd.pid; exec sleep 300`},
+	})
+	if err != nil || !spawned || st.State != agent.RunRunning {
+		t.Fatalf("spawn: %+v %v %v", st, spawned, err)
+	}
+	var cmd string
+	for deadline := time.Now().Add(10 * time.Second); cmd == ""; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(filepath.Join(g.Root, "agent", "cmd.pid"))
+		cmd = strings.TrimSpace(string(b))
+		if time.Now().After(deadline) {
+			t.Fatal("cmd.pid not written")
+		}
+	}
+	// The supervisor is the command's parent.
+	status, err := os.ReadFile("/proc/" + cmd + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sup string
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			sup = strings.TrimSpace(v)
+		}
+	}
+	if sup == "" || sup == "1" || sup == strconv.Itoa(os.Getpid()) {
+		t.Fatalf("the command's parent is pid %q, not a supervisor", sup)
+	}
+	starts := map[string]string{cmd: startTime(cmd), sup: startTime(sup)}
+	for pid, start := range starts {
+		t.Cleanup(func() {
+			if startTime(pid) == start {
+				n, _ := strconv.Atoi(pid)
+				_ = syscall.Kill(n, syscall.SIGKILL)
+			}
+		})
+	}
+	a.Close()
+	for pid, start := range starts {
+		if start == "" || startTime(pid) != start {
+			t.Fatalf("pid %s ended with its exec, before the delete", pid)
+		}
+	}
+	wantOK(t, runFerry(t, nil, "--quiet", "sandbox", "delete", "agent"))
+	for pid, start := range starts {
+		if startTime(pid) == start {
+			t.Errorf("pid %s (supervisor %s, command %s) outlived ferry sandbox delete", pid, sup, cmd)
+		}
+	}
 }

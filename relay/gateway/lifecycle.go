@@ -31,9 +31,9 @@ const (
 
 // StopSandbox ends every process of a READY sandbox (its execs and SSH
 // relays, and whatever they detached, as upstream's driver stopping the
-// sandbox's container does), revokes its SSH session tokens, and leaves it STOPPED with its
-// files. The answer is the STOPPED record. Stopping a STOPPED sandbox does
-// nothing and succeeds, as upstream.
+// sandbox's container does), revokes its SSH session tokens, and leaves
+// it STOPPED with its files. The answer is the STOPPED record. Stopping a
+// STOPPED sandbox does nothing and succeeds, as upstream.
 func (s *Server) StopSandbox(ctx context.Context, req *openshellv1.StopSandboxRequest) (*openshellv1.SandboxResponse, error) {
 	if err := s.reg.named(req.GetWorkspace(), req.GetName()); err != nil {
 		return nil, err

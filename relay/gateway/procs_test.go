@@ -14,8 +14,6 @@ import (
 	"github.com/ferry-dev/ferry/relay/gateway"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/openshell"
-	"github.com/ferry-dev/ferry/transfer/agent"
-	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
 )
 
 // proc is a process a test started, known by its pid and its start time,
@@ -203,62 +201,5 @@ func TestEndDetachedProcesses(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestDeleteEndsAgentSupervisor: a run detached through ferry's agent
-// (Spawn: a supervisor that double-forks away from the exec and outlives
-// it) ends, supervisor and command, when its sandbox is deleted.
-func TestDeleteEndsAgentSupervisor(t *testing.T) {
-	g := gatewaytest.Start(t, gatewaytest.Options{})
-	c := g.Client(t, openshell.Config{})
-	g.Sandbox(t, c, "agent")
-	a, _, err := agent.Dial(ctxFor(t), agent.DialConfig{X: c, Sandbox: "agent", Bundle: agenttest.Bundle(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, spawned, err := a.Spawn(ctxFor(t), agent.SpawnSpec{
-		StateDir: "state", RunID: "r", Log: "out.log",
-		Argv: []string{"sh", "-c", `echo $$ > cmd.pid; exec sleep 300`},
-	})
-	if err != nil || !spawned || st.State != agent.RunRunning {
-		t.Fatalf("spawn: %+v %v %v", st, spawned, err)
-	}
-	cmd := readProcs(t, filepath.Join(g.Root, "agent"), "cmd.pid")[0]
-	// The supervisor is the command's parent.
-	status, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.pid) + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ppid int
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
-			ppid, _ = strconv.Atoi(strings.TrimSpace(v))
-		}
-	}
-	if ppid <= 1 || ppid == os.Getpid() {
-		t.Fatalf("the command's parent is pid %d, not a supervisor", ppid)
-	}
-	_, start, ok := procStat(ppid)
-	if !ok {
-		t.Fatalf("supervisor pid %d not running", ppid)
-	}
-	sup := proc{name: "supervisor", pid: ppid, start: start}
-	t.Cleanup(func() {
-		if sup.alive() {
-			_ = syscall.Kill(sup.pid, syscall.SIGKILL)
-		}
-	})
-	a.Close()
-	if !sup.alive() || !cmd.alive() {
-		t.Fatal("the detached run ended with its exec, before the delete")
-	}
-	if err := c.Delete(ctxFor(t), "agent"); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []proc{sup, cmd} {
-		if p.alive() {
-			t.Errorf("%s (pid %d) outlived the sandbox's delete", p.name, p.pid)
-		}
 	}
 }
