@@ -136,7 +136,9 @@
 //     it as Deferred; the next prune removes it). That snapshot is the
 //     save's parent: if a newer one appeared meanwhile, the save cannot
 //     commit (its sequence number is taken) and needs nothing. A kept
-//     snapshot keeps its chunks.
+//     snapshot keeps its chunks. Idle (Rascal's session TTL, by key)
+//     never removes a key a live save lock names: the key is in use, and
+//     keeps every snapshot.
 //   - A save reuses a chunk that is not its parent's only if the chunk's
 //     last Put is after S - Grace/2 ("fresh"); it writes an older one
 //     again, which renews it. A prune removes a chunk (or a pack) only if

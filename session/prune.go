@@ -22,14 +22,27 @@ type PruneOptions struct {
 	// Key, if set, limits the removal of snapshots to that key. Chunks
 	// are collected across all keys either way.
 	Key string
+	// Idle, if positive, removes every snapshot of each key last used
+	// longer ago than it, as Rascal deletes a task's session directory
+	// once RASCAL_TASK_SESSION_TTL_DAYS have passed since it was last
+	// written: a key's last use is the Time of its newest snapshot (a
+	// resumed run saves a new one; a restore alone is no use). A key a
+	// save is writing is in use, and keeps all its snapshots.
+	Idle time.Duration
+	// DryRun removes nothing and reports what a Prune with the same
+	// options would remove now (leftover temporary files aside, which it
+	// does not count).
+	DryRun bool
 }
 
 // PruneReport is the result of Prune.
 type PruneReport struct {
-	Snapshots   []SnapshotRef `json:"snapshots"`    // removed
-	Chunks      int           `json:"chunks"`       // loose chunks removed
-	Packs       int           `json:"packs"`        // packs removed
-	StoredBytes int64         `json:"stored_bytes"` // of the removed chunks and packs
+	Snapshots []SnapshotRef `json:"snapshots"` // removed
+	// IdleKeys are the keys Idle removed whole, each with its last use.
+	IdleKeys    []IdleKey `json:"idle_keys,omitempty"`
+	Chunks      int       `json:"chunks"`       // loose chunks removed
+	Packs       int       `json:"packs"`        // packs removed
+	StoredBytes int64     `json:"stored_bytes"` // of the removed chunks and packs
 	// Deferred are snapshots the options would have removed that are
 	// kept because a save of their key is in flight and may start from
 	// them; a later Prune removes them.
@@ -51,8 +64,19 @@ type PruneReport struct {
 	ChunksKept string `json:"chunks_kept,omitempty"`
 }
 
+// IdleKey is a key removed for being idle.
+type IdleKey struct {
+	Key string `json:"key"`
+	// LastUsed is the Time of its newest snapshot.
+	LastUsed time.Time `json:"last_used"`
+}
+
 // Prune removes snapshots as opts say, then every chunk that no remaining
-// snapshot references and that no save in flight may reuse. See the
+// snapshot references and that no save in flight may reuse. With
+// opts.Idle it removes whole keys that have not been used for that long
+// (Keep does not hold them back); a key saved while Prune runs is never
+// among them: its save either committed before Prune read the key, is in
+// flight (and the key busy), or waits for Prune to end. See the
 // package doc for the protocol and why it is safe; in short:
 //
 //   - Prune takes a prune lock first, which makes saves that begin while
@@ -77,8 +101,8 @@ type PruneReport struct {
 // pack some of whose chunks are still used stays whole: Prune does not
 // repack.
 func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, error) {
-	if opts.Keep < 0 || opts.OlderThan < 0 {
-		return nil, fmt.Errorf("session: prune: negative keep %d or age %v", opts.Keep, opts.OlderThan)
+	if opts.Keep < 0 || opts.OlderThan < 0 || opts.Idle < 0 {
+		return nil, fmt.Errorf("session: prune: negative keep %d, age %v or idle time %v", opts.Keep, opts.OlderThan, opts.Idle)
 	}
 	if opts.Key != "" {
 		if err := ValidKey(opts.Key); err != nil {
@@ -132,11 +156,14 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 	// only what is new (or was removed and committed again).
 	used := map[ID]bool{}
 	seen := map[string]objectStamp{}
+	// dropped names the snapshot objects removed (or, in a dry run, that
+	// would be).
+	dropped := map[string]bool{}
 	for _, k := range keys {
 		if opts.Key != "" && k != opts.Key {
 			continue
 		}
-		if err := s.pruneKey(ctx, lk, k, opts, now, inFlight[k] || unknown != "", used, seen, rep); err != nil {
+		if err := s.pruneKey(ctx, lk, k, opts, now, inFlight[k] || unknown != "", used, seen, dropped, rep); err != nil {
 			return rep, err
 		}
 	}
@@ -151,6 +178,9 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 		for _, o := range objs {
 			if st, ok := seen[o.Name]; ok && st == stampOf(o.ObjectInfo) {
 				continue
+			}
+			if opts.DryRun && dropped[o.Name] {
+				continue // still there, but counted as removed
 			}
 			m, err := s.load(ctx, k, o.Seq)
 			if errors.Is(err, ErrManifest) {
@@ -170,8 +200,12 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 	}
 	if unknown != "" {
 		rep.ChunksKept = fmt.Sprintf("the save lock %s cannot be read", unknown)
-	} else if err := s.pruneChunks(ctx, lk, used, cutoff, rep); err != nil {
+	} else if err := s.pruneChunks(ctx, lk, used, cutoff, opts.DryRun, rep); err != nil {
 		return rep, err
+	}
+	if opts.DryRun {
+		rep.StaleLocks = len(stale)
+		return rep, nil
 	}
 	if tc, ok := s.b.(TempCleaner); ok {
 		n, err := tc.CleanTemp(ctx, now.Add(-s.tempAge()))
@@ -210,7 +244,7 @@ func (r *PruneReport) addUnreadable(ref SnapshotRef, err error) {
 // newest readable one when a save of key is in flight (busy), and adds
 // the chunks of those it keeps to used, naming them in seen. It holds the
 // chunk lists of one key's snapshots at a time.
-func (s *Store) pruneKey(ctx context.Context, lk *lock, key string, opts PruneOptions, now time.Time, busy bool, used map[ID]bool, seen map[string]objectStamp, rep *PruneReport) error {
+func (s *Store) pruneKey(ctx context.Context, lk *lock, key string, opts PruneOptions, now time.Time, busy bool, used map[ID]bool, seen map[string]objectStamp, dropped map[string]bool, rep *PruneReport) error {
 	objs, err := s.snapshots(ctx, key)
 	if err != nil {
 		return err
@@ -252,6 +286,18 @@ func (s *Store) pruneKey(ctx context.Context, lk *lock, key string, opts PruneOp
 			keepFrom = snaps[i].Seq
 		}
 	}
+	// The key's last use is its newest snapshot's Time; an unreadable
+	// one counts by its object's, as a write all the same.
+	var lastUsed time.Time
+	for _, sn := range snaps {
+		if sn.time.After(lastUsed) {
+			lastUsed = sn.time
+		}
+	}
+	idle := opts.Idle > 0 && len(snaps) > 0 && !busy && now.Sub(lastUsed) > opts.Idle
+	if idle {
+		rep.IdleKeys = append(rep.IdleKeys, IdleKey{Key: key, LastUsed: lastUsed})
+	}
 	keep := func(sn snap) {
 		for _, id := range sn.chunks {
 			used[id] = true
@@ -262,7 +308,7 @@ func (s *Store) pruneKey(ctx context.Context, lk *lock, key string, opts PruneOp
 	}
 	for _, sn := range snaps {
 		drop := opts.Keep > 0 && keepFrom > 0 && sn.Seq < keepFrom
-		if opts.OlderThan > 0 && now.Sub(sn.time) > opts.OlderThan {
+		if opts.OlderThan > 0 && now.Sub(sn.time) > opts.OlderThan || idle {
 			drop = true
 		}
 		if !drop {
@@ -278,17 +324,21 @@ func (s *Store) pruneKey(ctx context.Context, lk *lock, key string, opts PruneOp
 		if err := lk.valid(); err != nil {
 			return fmt.Errorf("prune: %w", err)
 		}
-		if err := s.b.Delete(ctx, sn.Name); err != nil {
-			return fmt.Errorf("prune: remove snapshot %d of %s: %w", sn.Seq, key, err)
+		if !opts.DryRun {
+			if err := s.b.Delete(ctx, sn.Name); err != nil {
+				return fmt.Errorf("prune: remove snapshot %d of %s: %w", sn.Seq, key, err)
+			}
 		}
+		dropped[sn.Name] = true
 		rep.Snapshots = append(rep.Snapshots, ref)
 	}
 	return nil
 }
 
 // pruneChunks removes the loose chunks and the packs that used does not
-// hold and whose objects were last written before cutoff.
-func (s *Store) pruneChunks(ctx context.Context, lk *lock, used map[ID]bool, cutoff time.Time, rep *PruneReport) error {
+// hold and whose objects were last written before cutoff; with dry, it
+// only counts them.
+func (s *Store) pruneChunks(ctx context.Context, lk *lock, used map[ID]bool, cutoff time.Time, dry bool, rep *PruneReport) error {
 	var drop []ObjectInfo
 	err := s.b.List(ctx, chunkPrefix, func(o ObjectInfo) error {
 		if id, ok := parseChunkName(o.Name); ok && !used[id] && o.ModTime.Before(cutoff) {
@@ -303,13 +353,15 @@ func (s *Store) pruneChunks(ctx context.Context, lk *lock, used map[ID]bool, cut
 		if err := lk.valid(); err != nil {
 			return fmt.Errorf("prune: %w", err)
 		}
-		if err := s.b.Delete(ctx, o.Name); err != nil {
-			return fmt.Errorf("prune: remove %s: %w", o.Name, err)
+		if !dry {
+			if err := s.b.Delete(ctx, o.Name); err != nil {
+				return fmt.Errorf("prune: remove %s: %w", o.Name, err)
+			}
 		}
 		rep.Chunks++
 		rep.StoredBytes += o.Size
 	}
-	return s.prunePacks(ctx, lk, used, cutoff, rep)
+	return s.prunePacks(ctx, lk, used, cutoff, dry, rep)
 }
 
 // prunePacks removes the packs none of whose chunks is in used and whose
@@ -318,7 +370,7 @@ func (s *Store) pruneChunks(ctx context.Context, lk *lock, used map[ID]bool, cut
 // some of whose chunks are used stays whole (Prune does not repack). The
 // chunks of a pack without a readable index object are read from its
 // trailer; a pack whose content cannot be known at all stays.
-func (s *Store) prunePacks(ctx context.Context, lk *lock, used map[ID]bool, cutoff time.Time, rep *PruneReport) error {
+func (s *Store) prunePacks(ctx context.Context, lk *lock, used map[ID]bool, cutoff time.Time, dry bool, rep *PruneReport) error {
 	if err := s.refreshView(ctx, false); err != nil {
 		return fmt.Errorf("prune: %w", err)
 	}
@@ -352,6 +404,13 @@ func (s *Store) prunePacks(ctx context.Context, lk *lock, used map[ID]bool, cuto
 		if !slices.ContainsFunc(es, func(e packEntry) bool { return used[e.ID] }) {
 			drop = append(drop, victim{id, o.Size, indexed})
 		}
+	}
+	if dry {
+		for _, v := range drop {
+			rep.Packs++
+			rep.StoredBytes += v.size
+		}
+		return nil
 	}
 	// An index object whose pack is gone, and which no snapshot needs.
 	for id, it := range indexTime {

@@ -122,3 +122,153 @@ func TestPruneOlderThan(t *testing.T) {
 		t.Error("prune with Keep -1 succeeded")
 	}
 }
+
+// idleDuring is a Source that runs an idle Prune between sending its
+// chunks and the commit: the save of an idle key is in flight while the
+// Prune decides which keys are idle.
+type idleDuring struct {
+	session.DirSource
+	s   *session.Store
+	rep **session.PruneReport
+}
+
+func (p idleDuring) Scan(ctx context.Context, prev *session.Parent, sink session.Sink) error {
+	if err := p.DirSource.Scan(ctx, prev, sink); err != nil {
+		return err
+	}
+	rep, err := p.s.Prune(ctx, session.PruneOptions{Idle: 14 * 24 * time.Hour})
+	*p.rep = rep
+	return err
+}
+
+// TestPruneIdle: a key whose newest snapshot is older than Idle goes
+// whole, whatever Keep says, and its chunks with it once past the grace
+// period; a key with one recent snapshot keeps all of them; a dry run
+// reports the same and removes nothing.
+func TestPruneIdle(t *testing.T) {
+	ctx := context.Background()
+	fsys := afero.NewMemMapFs()
+	clock := time.Now().Add(-30 * 24 * time.Hour)
+	s, _ := session.New(session.Config{Backend: local.New(fsys), Now: func() time.Time { return clock }})
+	save(t, s, "idle", tree(t, 1))
+	save(t, s, "idle", tree(t, 2))
+	save(t, s, "busy", tree(t, 3))
+	clock = clock.Add(20 * 24 * time.Hour)
+	save(t, s, "busy", tree(t, 4))
+	clock = clock.Add(10 * 24 * time.Hour)
+	age(t, fsys, 2*time.Hour) // past the grace period
+	before, err := s.Verify(ctx, "")
+	if err != nil || !before.OK() {
+		t.Fatalf("verify: %+v, %v", before, err)
+	}
+
+	opts := session.PruneOptions{Idle: 14 * 24 * time.Hour, Keep: 5, DryRun: true}
+	dry, err := s.Prune(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dry.IdleKeys) != 1 || dry.IdleKeys[0].Key != "idle" || len(dry.Snapshots) != 2 || dry.Chunks+dry.Packs == 0 {
+		t.Fatalf("dry run: %+v; want idle's 2 snapshots and its chunks", dry)
+	}
+	if after, err := s.Verify(ctx, ""); err != nil || after.Chunks != before.Chunks || after.Snapshots != before.Snapshots {
+		t.Fatalf("dry run removed something: %+v before, %+v after, %v", before, after, err)
+	}
+
+	opts.DryRun = false
+	rep, err := s.Prune(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.IdleKeys) != 1 || len(rep.Snapshots) != 2 || rep.Chunks != dry.Chunks || rep.Packs != dry.Packs || rep.StoredBytes != dry.StoredBytes {
+		t.Fatalf("prune: %+v; want what the dry run said, %+v", rep, dry)
+	}
+	if keys, err := s.Keys(ctx); err != nil || len(keys) != 1 || keys[0] != "busy" {
+		t.Fatalf("keys after prune: %q, %v", keys, err)
+	}
+	if v, err := s.Verify(ctx, ""); err != nil || !v.OK() || v.Snapshots != 2 {
+		t.Fatalf("verify after prune: %+v, %v; want busy's 2 snapshots whole", v, err)
+	}
+	if _, err := s.Prune(ctx, session.PruneOptions{Idle: -time.Hour}); err == nil {
+		t.Error("prune with a negative Idle succeeded")
+	}
+}
+
+// TestPruneIdleDuringSave: an idle Prune that runs while a save of an
+// idle key is in flight leaves the key whole, and the save commits on
+// top of it.
+func TestPruneIdleDuringSave(t *testing.T) {
+	ctx := context.Background()
+	fsys := afero.NewMemMapFs()
+	b := local.New(fsys)
+	clock := time.Now().Add(-30 * 24 * time.Hour)
+	old, _ := session.New(session.Config{Backend: b, Now: func() time.Time { return clock }})
+	save(t, old, "k", tree(t, 1))
+	save(t, old, "other", tree(t, 2))
+	age(t, fsys, 2*time.Hour)
+
+	s, _ := session.New(session.Config{Backend: b})
+	var during *session.PruneReport
+	next := tree(t, 3)
+	m, err := s.Save(ctx, "k", idleDuring{session.DirSource{Dir: next}, s, &during})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The race happened: the Prune saw the save in flight.
+	if during == nil || during.SavesInFlight != 1 {
+		t.Fatalf("prune during the save: %+v; want it to see the save in flight", during)
+	}
+	if len(during.IdleKeys) != 1 || during.IdleKeys[0].Key != "other" {
+		t.Fatalf("prune during the save removed %+v; want other only", during.IdleKeys)
+	}
+	if v, err := s.Verify(ctx, ""); err != nil || !v.OK() || v.Snapshots != 2 {
+		t.Fatalf("verify: %+v, %v; want k's two snapshots whole", v, err)
+	}
+	dst := filepath.Join(t.TempDir(), "r")
+	restore(t, s, "k", dst, session.RestoreOptions{Seq: m.Seq})
+	transfertest.EqualTrees(t, next, dst)
+}
+
+// TestPruneIdleRacingSaves: idle Prunes and saves of an idle key run
+// side by side, from two Stores, as two nodes would; every save's
+// snapshot stays restorable, and at least one Prune ran while a save was
+// in flight.
+func TestPruneIdleRacingSaves(t *testing.T) {
+	ctx := context.Background()
+	fsys := afero.NewMemMapFs()
+	b := local.New(fsys)
+	clock := time.Now().Add(-30 * 24 * time.Hour)
+	old, _ := session.New(session.Config{Backend: b, Now: func() time.Time { return clock }})
+	// A short LockTTL makes a save that waits for a Prune poll often.
+	pruner, _ := session.New(session.Config{Backend: b, LockTTL: 2 * time.Second})
+	saver, _ := session.New(session.Config{Backend: b, LockTTL: 2 * time.Second})
+	raced := 0
+	for i := 0; i < 40 && raced == 0; i++ {
+		key := "k" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		save(t, old, key, tree(t, int64(i)))
+		age(t, fsys, 2*time.Hour)
+		dir := tree(t, int64(100+i))
+		done := make(chan error, 1)
+		var m *session.Manifest
+		go func() {
+			var err error
+			m, err = saver.Save(ctx, key, session.DirSource{Dir: dir})
+			done <- err
+		}()
+		rep, err := pruner.Prune(ctx, session.PruneOptions{Idle: 14 * 24 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if rep.SavesInFlight > 0 {
+			raced++
+		}
+		dst := filepath.Join(t.TempDir(), "r")
+		restore(t, saver, key, dst, session.RestoreOptions{Seq: m.Seq})
+		transfertest.EqualTrees(t, dir, dst)
+	}
+	if raced == 0 {
+		t.Fatal("no prune ran while a save was in flight in 40 tries")
+	}
+}

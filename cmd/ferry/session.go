@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -430,14 +432,21 @@ that hashes to a missing chunk is stored, and no snapshot is written. With
 
 func newSessionPruneCmd(g *globals, s streams) *cobra.Command {
 	var opts session.PruneOptions
+	var idle days
 	cmd := &cobra.Command{
-		Use:   "prune [--keep N] [--older-than DUR] [--key KEY]",
+		Use:   "prune [--keep N] [--older-than DUR] [--idle DUR] [--key KEY] [--dry-run]",
 		Short: "Remove old snapshots, then chunks nothing references",
 		Long: `Remove snapshots past the newest --keep N of each key, or older than
 --older-than DUR (which may remove every snapshot of an idle key), then the
 chunks no remaining snapshot references, once they are older than the
-grace period (--grace, an hour by default). With neither flag, only such
-chunks go.
+grace period (--grace, an hour by default). With none of these flags, only
+such chunks go.
+
+--idle DUR removes every snapshot of each key last used longer ago than
+DUR (14d, or a Go duration such as 336h), as Rascal removes a task's
+session once RASCAL_TASK_SESSION_TTL_DAYS have passed: a key's last use is
+the time of its newest snapshot. A key a save is writing is in use and
+stays whole. --dry-run removes nothing and reports what would go.
 
 Prune is safe beside saves on any node: it takes a lock object in the
 store, keeps the newest snapshot of a key that a save is writing
@@ -447,15 +456,17 @@ whose manifest cannot be read is named, never counted among the kept
 ones, and removed only by --older-than. Leftover temporary files of
 writers that were killed (local stores) go once past the grace period.
 
-With --json the report is one object: snapshots, chunks, packs,
-stored_bytes, deferred, saves_in_flight, unreadable, temp_files,
-stale_locks, chunks_kept.`,
-		Example: `  ferry session prune --keep 3 --older-than 720h`,
-		Args:    exactArgs(0),
+With --json the report is one object: snapshots, idle_keys (key,
+last_used), chunks, packs, stored_bytes, deferred, saves_in_flight,
+unreadable, temp_files, stale_locks, chunks_kept, dry_run.`,
+		Example: `  ferry session prune --keep 3 --older-than 720h
+  ferry session prune --idle 14d --dry-run`,
+		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Keep < 0 || opts.OlderThan < 0 {
 				return usagef("--keep and --older-than must not be negative")
 			}
+			opts.Idle = time.Duration(idle)
 			if g.grace < 0 {
 				return usagef("--grace must not be negative")
 			}
@@ -473,7 +484,11 @@ stale_locks, chunks_kept.`,
 				if rep.Snapshots == nil {
 					rep.Snapshots = []session.SnapshotRef{}
 				}
-				if e := json.NewEncoder(s.out).Encode(rep); e != nil && err == nil {
+				out := struct {
+					*session.PruneReport
+					DryRun bool `json:"dry_run,omitempty"`
+				}{rep, opts.DryRun}
+				if e := json.NewEncoder(s.out).Encode(out); e != nil && err == nil {
 					err = e
 				}
 			}
@@ -486,7 +501,14 @@ stale_locks, chunks_kept.`,
 				return err
 			}
 			if !g.json && !g.quiet {
-				fmt.Fprintf(s.err, "removed %d snapshot(s) and %d chunk(s), %s stored\n", len(rep.Snapshots), rep.Chunks+rep.Packs, humanBytes(rep.StoredBytes))
+				verb := "removed"
+				if opts.DryRun {
+					verb = "would remove"
+				}
+				for _, k := range rep.IdleKeys {
+					fmt.Fprintf(s.err, "%s idle key %s, last used %s\n", verb, k.Key, k.LastUsed.UTC().Format(time.RFC3339))
+				}
+				fmt.Fprintf(s.err, "%s %d snapshot(s) and %d chunk(s), %s stored\n", verb, len(rep.Snapshots), rep.Chunks+rep.Packs, humanBytes(rep.StoredBytes))
 				if len(rep.Deferred) > 0 {
 					fmt.Fprintf(s.err, "kept %d snapshot(s) a save in flight starts from: %v\n", len(rep.Deferred), rep.Deferred)
 				}
@@ -502,6 +524,8 @@ stale_locks, chunks_kept.`,
 	}
 	cmd.Flags().IntVar(&opts.Keep, "keep", 0, "keep the N newest snapshots of each key (0: no limit)")
 	cmd.Flags().DurationVar(&opts.OlderThan, "older-than", 0, "remove snapshots older than this (0: no limit)")
+	cmd.Flags().Var(&idle, "idle", "remove every snapshot of keys unused for longer than `DUR`: 14d, or a Go duration such as 336h (0: none)")
+	cmd.Flags().BoolVar(&opts.DryRun, "dry-run", false, "remove nothing; report what would be removed")
 	cmd.Flags().StringVar(&opts.Key, "key", "", "remove snapshots of this key only (chunks are collected across keys)")
 	cmd.Flags().DurationVar(&g.grace, "grace", 0, "remove unreferenced chunks only once older than this (0: an hour)")
 	return cmd
@@ -526,4 +550,41 @@ func optionalKey(args []string) (string, error) {
 		return "", usageError{err}
 	}
 	return args[0], nil
+}
+
+// days is a duration flag that also takes whole days, "14d", as Rascal
+// counts a session's TTL; "14d12h" adds a Go duration to them.
+type days time.Duration
+
+// String is "0" for no limit, which pflag takes for the zero default.
+func (d *days) String() string {
+	if *d == 0 {
+		return "0"
+	}
+	return time.Duration(*d).String()
+}
+func (d *days) Type() string { return "duration" }
+
+func (d *days) Set(v string) error {
+	if v == "" {
+		return errors.New("invalid duration \"\": want N days (14d) or a Go duration (336h)")
+	}
+	var n time.Duration
+	rest := v
+	if i := strings.IndexByte(v, 'd'); i > 0 {
+		k, err := strconv.Atoi(v[:i])
+		if err != nil || k < 0 {
+			return fmt.Errorf("invalid duration %q: want N days (14d) or a Go duration (336h)", v)
+		}
+		n, rest = time.Duration(k)*24*time.Hour, v[i+1:]
+	}
+	if rest != "" {
+		x, err := time.ParseDuration(rest)
+		if err != nil || x < 0 {
+			return fmt.Errorf("invalid duration %q: want N days (14d) or a Go duration (336h)", v)
+		}
+		n += x
+	}
+	*d = days(n)
+	return nil
 }

@@ -42,7 +42,9 @@
 // processes end with it.
 //
 // StopSandbox ends every process of a sandbox (its execs, its SSH
-// connections) and revokes its SSH tokens, keeping its directory;
+// connections, and what they detached: each sandbox's processes live in a
+// cgroup of their own, procs_linux.go) and revokes its SSH tokens, keeping
+// its directory; DeleteSandbox ends them all the same before removing it;
 // StartSandbox brings it back through STARTING to READY. CreateSandbox
 // checks spec.policy as upstream does before anything exists, and stores
 // it as sent, fields this proto does not model included: records are kept

@@ -183,6 +183,13 @@ func (s *Server) exec(stream eventSender, a admitted, stdin io.Reader) error {
 	}
 	defer untrack()
 
+	cgroup, err := s.procs.open(pb.GetMetadata().GetId())
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	if cgroup != nil {
+		defer cgroup.Close()
+	}
 	runner, err := local.New(local.Config{
 		Dir:            sb.dir,
 		Env:            s.environ(sb.dir, pb, termOf(cmd.TTY)),
@@ -190,6 +197,7 @@ func (s *Server) exec(stream eventSender, a admitted, stdin io.Reader) error {
 		KilledExitCode: 1,
 		ChunkSize:      outputChunk,
 		Logger:         s.cfg.Logger.With("sandbox", pb.GetMetadata().GetName()),
+		Cgroup:         cgroup,
 	})
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
@@ -288,7 +296,7 @@ func (s *Server) command(req *openshellv1.ExecSandboxRequest) (*relay.Command, e
 }
 
 // environ is the whole environment of a sandbox process: nothing of the
-// gateway's own leaks in.
+// gateway's own leaks in, and FERRY_SANDBOX_ID names the sandbox.
 //
 // TERM is term: dumb without a terminal, and on one the type upstream's
 // gateway asks its sandbox's SSH server for (xterm-256color) or an SSH
@@ -303,10 +311,14 @@ func (s *Server) environ(dir string, pb *openshellv1.Sandbox, term string) []str
 	}
 	for _, m := range []map[string]string{pb.GetSpec().GetTemplate().GetEnvironment(), pb.GetSpec().GetEnvironment()} {
 		for k, v := range m {
-			env = append(env, k+"="+v)
+			if k != sandboxIDVar {
+				env = append(env, k+"="+v)
+			}
 		}
 	}
-	return env
+	// Last, and never the spec's: the sweep that ends a sandbox's
+	// processes finds them by it (procs_linux.go).
+	return append(env, sandboxIDVar+"="+pb.GetMetadata().GetId())
 }
 
 // termOf is an exec's TERM.

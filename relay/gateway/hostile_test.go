@@ -557,6 +557,9 @@ func TestSandboxEnvironment(t *testing.T) {
 				"SPEC_VAR": "overridden by the request",
 				"TPL_VAR":  "tpl 'quoted'",
 				"SHARED":   "spec",
+				// The gateway's mark, by which it ends what the
+				// sandbox leaves running (procs_linux.go).
+				"FERRY_SANDBOX_ID": sb.GetMetadata().GetId(),
 			}
 			for k, v := range want {
 				if env[k] != v {

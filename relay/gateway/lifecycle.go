@@ -30,9 +30,10 @@ const (
 )
 
 // StopSandbox ends every process of a READY sandbox (its execs and SSH
-// relays), revokes its SSH session tokens, and leaves it STOPPED with its
-// files. The answer is the STOPPED record. Stopping a STOPPED sandbox does
-// nothing and succeeds, as upstream.
+// relays, and whatever they detached, as upstream's driver stopping the
+// sandbox's container does), revokes its SSH session tokens, and leaves
+// it STOPPED with its files. The answer is the STOPPED record. Stopping a
+// STOPPED sandbox does nothing and succeeds, as upstream.
 func (s *Server) StopSandbox(ctx context.Context, req *openshellv1.StopSandboxRequest) (*openshellv1.SandboxResponse, error) {
 	if err := s.reg.named(req.GetWorkspace(), req.GetName()); err != nil {
 		return nil, err
@@ -54,6 +55,7 @@ func (s *Server) StopSandbox(ctx context.Context, req *openshellv1.StopSandboxRe
 	// The stop is committed once STOPPING is stored, so the caller going
 	// away does not cut this wait short; the timer bounds it.
 	waitTickets(running, execStopTimeout)
+	s.endProcs(id)
 	pb, err = s.reg.finishStop(id)
 	if err != nil {
 		return nil, err
@@ -114,13 +116,15 @@ func (s *Server) finishStart(id string) {
 }
 
 // recoverLifecycle finishes what a previous run left half done, as
-// upstream's startup recovery does: no process of a STOPPING sandbox
-// outlived that run, so it is STOPPED; a STARTING one is READY.
+// upstream's startup recovery does: a STOPPING sandbox's processes (what
+// it detached may have outlived that run) are ended and it is STOPPED; a
+// STARTING one is READY.
 func (s *Server) recoverLifecycle() {
 	for _, pb := range s.reg.list("", true, nil) {
 		id := pb.GetMetadata().GetId()
 		switch pb.GetStatus().GetPhase() {
 		case openshellv1.SandboxPhase_SANDBOX_PHASE_STOPPING:
+			s.endProcs(id)
 			if _, err := s.reg.finishStop(id); err == nil {
 				s.logEvent(id, "sandbox stopped", nil)
 			}

@@ -257,9 +257,9 @@ func (sb *sandbox) cancelAll(cause error) []*execTicket {
 	return running
 }
 
-// remove marks a sandbox DELETING, stops its execs, and deletes its
-// directory and record.
-func (r *registry) remove(workspace, name string) (bool, error) {
+// remove marks a sandbox DELETING, stops its execs, has endProcs end
+// every other process it started, and deletes its directory and record.
+func (r *registry) remove(workspace, name string, endProcs func(id string)) (bool, error) {
 	r.mu.Lock()
 	sb, ok := r.name[key(workspaceOf(workspace), name)]
 	if !ok {
@@ -278,6 +278,7 @@ func (r *registry) remove(workspace, name string) (bool, error) {
 	// Until its exec has ended, a process may still be creating files in
 	// the directory, and RemoveAll racing it fails with ENOTEMPTY.
 	waitTickets(running, execStopTimeout)
+	endProcs(sb.pb.GetMetadata().GetId())
 	err := os.RemoveAll(sb.dir)
 	if rerr := r.removeRecord(sb.pb); rerr != nil && err == nil {
 		err = rerr

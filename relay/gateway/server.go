@@ -57,6 +57,12 @@ type Config struct {
 	// as an older gateway would, so that clients' fallback can be tested.
 	DisableInteractive bool
 
+	// EnvOnlyProcs makes the gateway find a sandbox's processes by their
+	// FERRY_SANDBOX_ID variable alone, as it does where no cgroup v2
+	// hierarchy is writable (procs_linux.go), so that tests can reach
+	// that fallback.
+	EnvOnlyProcs bool
+
 	// SSHSessionTTL is how long a CreateSshSession token stays valid.
 	// Default 86400s, as upstream's.
 	SSHSessionTTL time.Duration
@@ -65,10 +71,11 @@ type Config struct {
 // Server implements openshell.v1.OpenShell.
 type Server struct {
 	openshellv1.UnimplementedOpenShellServer
-	cfg  Config
-	reg  *registry
-	logs *logBook
-	user string
+	cfg   Config
+	reg   *registry
+	logs  *logBook
+	user  string
+	procs *sandboxProcs
 
 	mu     sync.Mutex
 	timers map[string]*time.Timer
@@ -127,7 +134,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	logs.prune()
-	s := &Server{cfg: cfg, reg: reg, logs: logs, user: name, timers: map[string]*time.Timer{}}
+	procs := newSandboxProcs(cfg.EnvOnlyProcs, cfg.Logger)
+	s := &Server{cfg: cfg, reg: reg, logs: logs, user: name, procs: procs, timers: map[string]*time.Timer{}}
 	// A sandbox left PROVISIONING by a previous run is ready now.
 	for _, sb := range reg.list("", true, nil) {
 		if sb.GetStatus().GetPhase() == openshellv1.SandboxPhase_SANDBOX_PHASE_PROVISIONING {
@@ -170,14 +178,29 @@ const (
 	ioBuffer = 256 << 10
 )
 
-// Close stops pending state changes. Running execs end with their RPCs.
+// Close stops pending state changes. Running execs end with their RPCs;
+// what a sandbox detached keeps running, as a real sandbox's processes
+// outlive a restart of upstream's gateway, until the sandbox is stopped
+// or deleted.
 func (s *Server) Close() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.closed = true
 	for id, t := range s.timers {
 		t.Stop()
 		delete(s.timers, id)
+	}
+	s.mu.Unlock()
+	for _, pb := range s.reg.list("", true, nil) {
+		s.procs.release(pb.GetMetadata().GetId())
+	}
+}
+
+// endProcs ends every process sandbox id started, after its execs have
+// ended. Neither a stop nor a delete fails for one that would not die:
+// the sandbox's state has already changed, so the survivors are logged.
+func (s *Server) endProcs(id string) {
+	if err := s.procs.end(id, procsStopTimeout); err != nil {
+		s.cfg.Logger.Warn("sandbox processes survived", "id", id, "err", err)
 	}
 }
 
@@ -269,7 +292,7 @@ func (s *Server) DeleteSandbox(ctx context.Context, req *openshellv1.DeleteSandb
 		s.mu.Unlock()
 		s.logEvent(sb.GetMetadata().GetId(), "sandbox deleting", map[string]string{"name": req.GetName()})
 	}
-	found, err := s.reg.remove(req.GetWorkspace(), req.GetName())
+	found, err := s.reg.remove(req.GetWorkspace(), req.GetName(), s.endProcs)
 	if !found {
 		return nil, status.Errorf(codes.NotFound, "sandbox not found")
 	}

@@ -193,7 +193,7 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 	c.Env = s.environ(a.sb.dir, a.pb, "dumb")
 	c.Stdin, c.Stdout, c.Stderr = inR, outW, errW
 	c.SysProcAttr = sessionAttr()
-	if err := c.Start(); err != nil {
+	if err := s.startInSandbox(c, a.pb.GetMetadata().GetId()); err != nil {
 		closeFiles(inR, inW, outR, outW, errR, errW)
 		return nil, fmt.Errorf("start %s: %w", argv[0], err)
 	}
@@ -465,7 +465,7 @@ func (s *Server) startPTYProc(ctx context.Context, cut context.CancelCauseFunc, 
 	c.Env = s.environ(a.sb.dir, a.pb, term)
 	c.Stdin, c.Stdout, c.Stderr = slave, slave, slave
 	c.SysProcAttr = ptyio.SysProcAttr()
-	if err := c.Start(); err != nil {
+	if err := s.startInSandbox(c, a.pb.GetMetadata().GetId()); err != nil {
 		closeFiles(master, slave)
 		return nil, fmt.Errorf("start %s: %w", argv[0], err)
 	}

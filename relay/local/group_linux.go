@@ -14,6 +14,15 @@ func setGroup(c *exec.Cmd) {
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
+// intoCgroup has c start in cgroup, when there is one: cloned into it,
+// so that nothing the child forks can start outside.
+func intoCgroup(c *exec.Cmd, cgroup *os.File) {
+	if cgroup != nil {
+		c.SysProcAttr.UseCgroupFD = true
+		c.SysProcAttr.CgroupFD = int(cgroup.Fd())
+	}
+}
+
 func killGroup(pid int) {
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 }

@@ -42,6 +42,11 @@ type Config struct {
 	// Logger, when set, is told of a process killed by a signal, which
 	// KilledExitCode may otherwise make look like a plain failure.
 	Logger *slog.Logger
+	// Cgroup, when set, is an open cgroup v2 directory each process is
+	// cloned into (CLONE_INTO_CGROUP), so that its owner can end all that
+	// it starts, including what leaves the process group. The caller keeps
+	// it open until Exec returns.
+	Cgroup *os.File
 }
 
 // Runner runs processes on this machine.
@@ -113,6 +118,7 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	growPipe(inW, r.cfg.ChunkSize)
 	c.Stdin, c.Stdout, c.Stderr = inR, outW, errW
 	setGroup(c)
+	intoCgroup(c, r.cfg.Cgroup)
 	if err := c.Start(); err != nil {
 		closeAll(inR, inW, outR, outW, errR, errW)
 		// A shell reports a program it cannot run as 127 or 126 on the

@@ -34,6 +34,7 @@ func (r *Runner) execTTY(ctx context.Context, cmd *relay.Command, c *exec.Cmd) (
 	}
 	c.Stdin, c.Stdout, c.Stderr = slave, slave, slave
 	c.SysProcAttr = ptyio.SysProcAttr()
+	intoCgroup(c, r.cfg.Cgroup)
 	stdout := orDiscard(cmd.Stdout)
 	if err := c.Start(); err != nil {
 		closeAll(master, slave)
