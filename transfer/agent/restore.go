@@ -148,7 +148,7 @@ func (c *Client) Restore(ctx context.Context, spec RestoreSpec, entries []Restor
 		if err := stream.Send(m); err != nil {
 			return Result{}, ended()
 		}
-		// gRPC has copied the message into its own wire.Buffers once Send
+		// gRPC has copied the message into its own buffers once Send
 		// returns, so the buffer can take the next chunk.
 		buf = stored[:0]
 	}

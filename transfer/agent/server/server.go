@@ -23,7 +23,7 @@ type Config struct {
 	Workspace string
 	// TempDir is the sandbox's temporary directory, reported by Probe.
 	TempDir string
-	// Version is the agent's wire.Release string, reported by Probe.
+	// Version is the agent's release string, reported by Probe.
 	Version string
 	// Digest is the agent binary's SHA-256, sent in the hello.
 	Digest [32]byte

@@ -113,7 +113,7 @@ func (e *NoMagicError) Error() string {
 func (e *NoMagicError) Is(target error) bool { return target == ErrNoMagic }
 
 // VersionError is a hello of another protocol version. The peer is an agent
-// (or host) of another ferry Release: the host reinstalls its own agent or
+// (or host) of another ferry release: the host reinstalls its own agent or
 // fails with this error, never guesses.
 type VersionError struct {
 	Got, Want uint16
