@@ -385,7 +385,7 @@ func (l *Launcher) launch(ctx context.Context, sb Sandbox, a transfer.Remote, sp
 	if err != nil {
 		return err
 	}
-	ws := pr.GetWorkspace()
+	ws := pr.Workspace
 	if !path.IsAbs(ws) {
 		return fmt.Errorf("the agent reports a workspace %q that is not absolute", ws)
 	}

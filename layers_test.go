@@ -3,6 +3,7 @@ package ferry_test
 import (
 	"context"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +93,41 @@ func TestOpenShellWireStopsInRelay(t *testing.T) {
 	}
 	if users == 0 {
 		t.Fatal("no package imports the OpenShell protos: a broken listing")
+	}
+}
+
+// TestAgentSidesApart fails when one side of agent mode depends on the
+// other: the host's client (transfer/agent) on the sandbox's server or the
+// supervisor, or those (and the agent's main) on the client. What both
+// share is transfer/agent/internal/wire.
+func TestAgentSidesApart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	client := module + "/transfer/agent"
+	sandbox := []string{client + "/server", client + "/supervisor", module + "/cmd/ferry-agent"}
+	args := append([]string{"list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, client}, sandbox...)
+	out, err := exec.CommandContext(ctx, "go", args...).Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 1+len(sandbox) {
+		t.Fatalf("go list: %d packages, want %d", len(lines), 1+len(sandbox))
+	}
+	for _, line := range lines {
+		fields := strings.Fields(line)
+		pkg, deps := fields[0], fields[1:]
+		for _, d := range deps {
+			switch {
+			case pkg == client && slices.Contains(sandbox[:2], d):
+				t.Errorf("the host's client %s depends on the sandbox's %s", pkg, d)
+			case pkg != client && d == client:
+				t.Errorf("the sandbox's %s depends on the host's client %s", pkg, d)
+			}
+		}
+		if !slices.Contains(deps, client+"/internal/wire") {
+			t.Errorf("%s does not depend on %s/internal/wire: a broken listing?", pkg, client)
+		}
 	}
 }
 

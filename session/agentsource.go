@@ -8,7 +8,6 @@ import (
 	"iter"
 	"strings"
 
-	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/cdc"
@@ -97,19 +96,24 @@ func (a *AgentSource) Scan(ctx context.Context, prev *Parent, sink Sink) error {
 	if !a.ReuseUnchanged {
 		prev = nil
 	}
-	var known iter.Seq2[*agentv1.KnownFile, error]
+	var known iter.Seq2[agent.KnownFile, error]
 	if prev != nil {
 		known = knownFiles(prev, sink)
 	}
 	f := &fetcher{a: a, sink: sink, want: map[ID]bool{}}
 	w := &agentWalk{files: prev.Files()}
-	err := a.Client.Scan(ctx, a.Dir, known, cdc.Default(), func(se *agentv1.ScanEntry) error {
+	err := a.Client.Scan(ctx, a.Dir, known, cdc.Default(), func(se agent.ScanEntry) error {
 		e, chunks, err := a.entry(se, w)
 		if err != nil {
 			return fmt.Errorf("scan %s: %w", a.Dir, err)
 		}
 		return f.add(ctx, e, chunks)
 	})
+	if errors.Is(err, agent.ErrBadAnswer) {
+		// An entry the client could not even convert: a kind or chunk id
+		// outside the protocol, refused as entry refuses the rest.
+		return fmt.Errorf("scan %s: %w: %w", a.Dir, ErrAgent, err)
+	}
 	if err == nil {
 		err = f.flush(ctx)
 	}
@@ -123,19 +127,19 @@ func (a *AgentSource) Scan(ctx context.Context, prev *Parent, sink Sink) error {
 // A file whose chunks the sink does not all take the claim of (the store
 // lost one since) is left out: the agent reads it again, and the save
 // stores the lost chunks anew. That asks the store nothing either.
-func knownFiles(prev *Parent, sink Sink) iter.Seq2[*agentv1.KnownFile, error] {
-	return func(yield func(*agentv1.KnownFile, error) bool) {
+func knownFiles(prev *Parent, sink Sink) iter.Seq2[agent.KnownFile, error] {
+	return func(yield func(agent.KnownFile, error) bool) {
 		files := prev.Files()
 		for {
 			e, ok, err := files.Next()
 			if err != nil {
-				yield(nil, err)
+				yield(agent.KnownFile{}, err)
 				return
 			}
 			if !ok {
 				return
 			}
-			if claimsAll(sink, &e) && !yield(&agentv1.KnownFile{Path: e.Path, Size: e.Size, MtimeUnixNano: e.MTime}, nil) {
+			if claimsAll(sink, &e) && !yield(agent.KnownFile{Path: e.Path, Size: e.Size, MTime: e.MTime}, nil) {
 				return
 			}
 		}
@@ -164,9 +168,9 @@ type agentWalk struct {
 // entry checks one entry from the agent and builds the manifest's Entry
 // from it, as DirSource would. chunks are the reads of its chunks, which
 // the sink may still lack.
-func (a *AgentSource) entry(se *agentv1.ScanEntry, w *agentWalk) (Entry, []*agentv1.ChunkInfo, error) {
-	p := se.GetPath()
-	bad := func(format string, args ...any) (Entry, []*agentv1.ChunkInfo, error) {
+func (a *AgentSource) entry(se agent.ScanEntry, w *agentWalk) (Entry, []agent.Chunk, error) {
+	p := se.Path
+	bad := func(format string, args ...any) (Entry, []agent.Chunk, error) {
 		return Entry{}, nil, fmt.Errorf("%w: entry %q: %s", ErrAgent, p, fmt.Sprintf(format, args...))
 	}
 	if len(p) > maxPathLen || !fs.ValidPath(p) || p == "." || strings.ContainsRune(p, 0) {
@@ -185,34 +189,34 @@ func (a *AgentSource) entry(se *agentv1.ScanEntry, w *agentWalk) (Entry, []*agen
 	}
 	w.last = p
 	w.n++
-	if se.GetMode()&^0o7777 != 0 {
-		return bad("mode %o", se.GetMode())
+	if se.Mode&^0o7777 != 0 {
+		return bad("mode %o", se.Mode)
 	}
-	e := Entry{Path: p, Mode: fs.FileMode(se.GetMode() & 0o777), MTime: se.GetMtimeUnixNano()}
-	if se.GetKind() != agentv1.Kind_KIND_FILE && (se.GetSize() != 0 || se.GetUnchanged() || len(se.GetChunks()) != 0) {
-		return bad("%v with size, chunks or unchanged", se.GetKind())
+	e := Entry{Path: p, Mode: fs.FileMode(se.Mode & 0o777), MTime: se.MTime}
+	if se.Kind != archive.File && (se.Size != 0 || se.Unchanged || len(se.Chunks) != 0) {
+		return bad("%v with size, chunks or unchanged", se.Kind)
 	}
-	if se.GetKind() != agentv1.Kind_KIND_SYMLINK && se.GetTarget() != "" {
-		return bad("%v with a target", se.GetKind())
+	if se.Kind != archive.Symlink && se.Target != "" {
+		return bad("%v with a target", se.Kind)
 	}
-	switch se.GetKind() {
-	case agentv1.Kind_KIND_DIR:
+	switch se.Kind {
+	case archive.Dir:
 		e.Kind = KindDir
-	case agentv1.Kind_KIND_SYMLINK:
+	case archive.Symlink:
 		e.Kind = KindSymlink
-		e.Target = se.GetTarget()
+		e.Target = se.Target
 		if e.Target == "" || len(e.Target) > maxTargetLen || strings.ContainsRune(e.Target, 0) {
 			return bad("bad symlink target")
 		}
-	case agentv1.Kind_KIND_FILE:
+	case archive.File:
 		e.Kind = KindFile
-		e.Size = se.GetSize()
-		if se.GetUnchanged() {
+		e.Size = se.Size
+		if se.Unchanged {
 			o, ok, err := w.files.Find(p)
 			if err != nil {
 				return Entry{}, nil, err
 			}
-			if !ok || len(se.GetChunks()) != 0 || o.Size != e.Size || o.MTime != e.MTime {
+			if !ok || len(se.Chunks) != 0 || o.Size != e.Size || o.MTime != e.MTime {
 				return bad("unchanged, but not as the host knows it")
 			}
 			e.Chunks = o.Chunks
@@ -224,30 +228,30 @@ func (a *AgentSource) entry(se *agentv1.ScanEntry, w *agentWalk) (Entry, []*agen
 		// cdc.Default() cuts no chunk but the last under its Min: a list of
 		// smaller ones (a million one-byte references to one chunk) is a
 		// manifest bomb, refused before it is held twice.
-		if n := int64(len(se.GetChunks())); n > maxFileChunks(e.Size) {
+		if n := int64(len(se.Chunks)); n > maxFileChunks(e.Size) {
 			return bad("%d chunks for %d bytes, at most %d", n, e.Size, maxFileChunks(e.Size))
 		}
 		var off int64
-		if len(se.GetChunks()) > 0 {
-			e.Chunks = make([]ChunkRef, len(se.GetChunks()))
+		if len(se.Chunks) > 0 {
+			e.Chunks = make([]ChunkRef, len(se.Chunks))
 		}
-		last := len(se.GetChunks()) - 1
-		for i, c := range se.GetChunks() {
-			if c.GetOffset() != off || c.GetSize() < 1 || c.GetSize() > MaxChunkSize || len(c.GetId()) != len(ID{}) {
-				return bad("chunk %d: offset %d, size %d, id of %d bytes, want offset %d", i, c.GetOffset(), c.GetSize(), len(c.GetId()), off)
+		last := len(se.Chunks) - 1
+		for i, c := range se.Chunks {
+			if c.Offset != off || c.Size < 1 || c.Size > MaxChunkSize {
+				return bad("chunk %d: offset %d, size %d, want offset %d", i, c.Offset, c.Size, off)
 			}
-			if i < last && c.GetSize() < int64(cdc.Default().Min) {
-				return bad("chunk %d of %d: %d bytes, under the chunker's minimum %d", i, last+1, c.GetSize(), cdc.Default().Min)
+			if i < last && c.Size < int64(cdc.Default().Min) {
+				return bad("chunk %d of %d: %d bytes, under the chunker's minimum %d", i, last+1, c.Size, cdc.Default().Min)
 			}
-			e.Chunks[i] = ChunkRef{ID: ID(c.GetId()), Size: c.GetSize()}
-			off += c.GetSize()
+			e.Chunks[i] = ChunkRef{ID: ID(c.ID), Size: c.Size}
+			off += c.Size
 		}
 		if off != e.Size {
 			return bad("size %d, chunks add up to %d", e.Size, off)
 		}
-		return e, se.GetChunks(), nil
+		return e, se.Chunks, nil
 	default:
-		return bad("kind %v", se.GetKind())
+		return bad("kind %v", se.Kind)
 	}
 	return e, nil, nil
 }
@@ -278,7 +282,7 @@ func claimable(sink Sink, id ID) bool {
 type fetcher struct {
 	a       *AgentSource
 	sink    Sink
-	reads   []*agentv1.ChunkRead
+	reads   []agent.ChunkRead
 	bytes   int64
 	paths   int
 	want    map[ID]bool // in reads
@@ -290,7 +294,7 @@ type fetcher struct {
 // fetches them, or now if the sink takes the claims of all of them.
 // Whether the store holds a chunk plays no part, so the reads the agent
 // sees say nothing of the store.
-func (f *fetcher) add(ctx context.Context, e Entry, chunks []*agentv1.ChunkInfo) error {
+func (f *fetcher) add(ctx context.Context, e Entry, chunks []agent.Chunk) error {
 	wait := false
 	for i, c := range chunks {
 		id := e.Chunks[i].ID
@@ -301,15 +305,15 @@ func (f *fetcher) add(ctx context.Context, e Entry, chunks []*agentv1.ChunkInfo)
 		if claimable(f.sink, id) {
 			continue
 		}
-		if len(f.reads) == maxFetchReads || f.bytes+c.GetSize() > maxFetchBytes || f.paths+len(e.Path) > maxFetchPaths {
+		if len(f.reads) == maxFetchReads || f.bytes+c.Size > maxFetchBytes || f.paths+len(e.Path) > maxFetchPaths {
 			if err := f.flush(ctx); err != nil {
 				return err
 			}
 		}
 		wait = true
 		f.want[id] = true
-		f.reads = append(f.reads, &agentv1.ChunkRead{Path: e.Path, Offset: c.GetOffset(), Size: c.GetSize(), Id: c.GetId()})
-		f.bytes += c.GetSize()
+		f.reads = append(f.reads, agent.ChunkRead{Path: e.Path, Offset: c.Offset, Size: c.Size, ID: c.ID})
+		f.bytes += c.Size
 		f.paths += len(e.Path)
 	}
 	if wait {
@@ -345,13 +349,13 @@ func (f *fetcher) flush(ctx context.Context) error {
 }
 
 // fetch reads the chunks reads name from the agent and stores them.
-func (f *fetcher) fetch(ctx context.Context, reads []*agentv1.ChunkRead) error {
+func (f *fetcher) fetch(ctx context.Context, reads []agent.ChunkRead) error {
 	wire, err := f.a.Client.ReadChunksStored(ctx, f.a.Dir, reads, f.a.Compress, func(i int, data, stored []byte) error {
 		// ReadChunksStored has checked data against the id, and stored
 		// against data: a chunk that travelled compressed is kept as it
 		// came, not compressed a second time. data and stored are valid
 		// only during this call: the sink copies what it uploads.
-		want := ID(reads[i].GetId())
+		want := ID(reads[i].ID)
 		if ks, ok := f.sink.(*sink); ok {
 			if err := ks.putChecked(ctx, want, data, stored); err != nil {
 				return err
@@ -359,7 +363,7 @@ func (f *fetcher) fetch(ctx context.Context, reads []*agentv1.ChunkRead) error {
 		} else if id, err := f.sink.Put(ctx, data); err != nil {
 			return err
 		} else if id != want {
-			return fmt.Errorf("store chunk of %s: stored as %s, want %s", reads[i].GetPath(), id, want)
+			return fmt.Errorf("store chunk of %s: stored as %s, want %s", reads[i].Path, id, want)
 		}
 		f.a.FetchedBytes += int64(len(data))
 		f.a.FetchedChunks++

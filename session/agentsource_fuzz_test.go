@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -10,7 +11,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
 	"github.com/ferry-dev/ferry/transfer/archive"
+	"github.com/ferry-dev/ferry/transfer/cdc"
 )
 
 // FuzzAgentEntry feeds AgentSource.entry what a hostile agent may answer
@@ -45,15 +49,20 @@ func FuzzAgentEntry(f *testing.F) {
 		if proto.Unmarshal(b, &resp) != nil {
 			return
 		}
+		// Through a client, as a save takes them: what it cannot convert
+		// (a kind or id outside the protocol) it refuses with
+		// agent.ErrBadAnswer, which the save reports as ErrAgent.
+		c := agenttest.Fake(t, &scanLiar{entries: resp.GetEntries()})
 		a := &AgentSource{}
 		w := &agentWalk{files: (*Parent)(nil).Files()}
-		for _, se := range resp.GetEntries() {
+		stop := errors.New("refused")
+		err := c.Scan(context.Background(), ".", nil, cdc.Default(), func(se agent.ScanEntry) error {
 			e, chunks, err := a.entry(se, w)
 			if err != nil {
 				if !errors.Is(err, ErrAgent) && !errors.Is(err, archive.ErrLimit) {
-					t.Fatalf("entry %q: %v, want ErrAgent or archive.ErrLimit", se.GetPath(), err)
+					t.Fatalf("entry %q: %v, want ErrAgent or archive.ErrLimit", se.Path, err)
 				}
-				return
+				return stop
 			}
 			if err := e.validate(); err != nil {
 				t.Fatalf("accepted an entry the reader refuses: %v", err)
@@ -65,7 +74,7 @@ func FuzzAgentEntry(f *testing.F) {
 				t.Fatalf("entry %q: %d chunks (%d reads) for %d bytes", e.Path, n, len(chunks), e.Size)
 			}
 			for i, c := range chunks {
-				if ID(c.GetId()) != e.Chunks[i].ID || c.GetSize() != e.Chunks[i].Size {
+				if ID(c.ID) != e.Chunks[i].ID || c.Size != e.Chunks[i].Size {
 					t.Fatalf("entry %q: read %d is not chunk %d", e.Path, i, i)
 				}
 			}
@@ -85,6 +94,20 @@ func FuzzAgentEntry(f *testing.F) {
 			if err := json.Unmarshal(js, &again); err != nil || again.validate() != nil || !reflect.DeepEqual(again, e) {
 				t.Fatalf("entry %q: JSON reads back as %+v, %v", e.Path, again, err)
 			}
+			return nil
+		})
+		if err != nil && err != stop && !errors.Is(err, agent.ErrBadAnswer) {
+			t.Fatalf("scan: %v, want a refusal of the entry or agent.ErrBadAnswer", err)
 		}
 	})
+}
+
+// scanLiar answers a scan with entries, whatever was asked.
+type scanLiar struct {
+	agentv1.UnimplementedAgentServer
+	entries []*agentv1.ScanEntry
+}
+
+func (l *scanLiar) ScanStream(s agentv1.Agent_ScanStreamServer) error {
+	return s.Send(&agentv1.ScanResponse{Entries: l.entries})
 }

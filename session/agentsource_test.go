@@ -16,6 +16,7 @@ import (
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+	"github.com/ferry-dev/ferry/transfer/agent/server"
 	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
@@ -23,7 +24,7 @@ import (
 // agentIn is an agent serving workspace ws in this process.
 func agentIn(t *testing.T, ws string) *agent.Client {
 	t.Helper()
-	c := agenttest.InProcess(t, agent.ServerConfig{Workspace: ws})
+	c := agenttest.InProcess(t, server.Config{Workspace: ws})
 	// A client that never made a call cannot be closed.
 	if _, err := c.Probe(context.Background()); err != nil {
 		t.Fatal(err)
@@ -189,7 +190,7 @@ func TestAgentSourceIncremental(t *testing.T) {
 	ws := t.TempDir()
 	src := filepath.Join(ws, "sessions-root")
 	transcripts(t, src, 3, 12, 256<<10)
-	rec := &recorder{up: agentIn(t, ws).RPC(), unchanged: map[string]bool{}}
+	rec := &recorder{up: agenttest.RawInProcess(t, server.Config{Workspace: ws}), unchanged: map[string]bool{}}
 	c := fakeAgent(t, rec)
 	s, _ := memStore(t)
 	const key = "incremental"

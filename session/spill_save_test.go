@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/ferry-dev/ferry/session"
+	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+	"github.com/ferry-dev/ferry/transfer/agent/server"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
@@ -85,7 +87,7 @@ func TestAgentSourceSpilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	tree := transfertest.RandomTree(t, src, 22, transfertest.TreeOptions{Entries: 600, MaxFileSize: 2 << 10})
-	rec := &recorder{up: agentIn(t, ws).RPC(), unchanged: map[string]bool{}}
+	rec := &recorder{up: agenttest.RawInProcess(t, server.Config{Workspace: ws}), unchanged: map[string]bool{}}
 	c := fakeAgent(t, rec)
 	s, _ := memStore(t)
 	m1 := agentSave(t, s, "k", &session.AgentSource{Client: c, Dir: "s", ReuseUnchanged: true})

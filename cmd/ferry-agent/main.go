@@ -18,7 +18,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/agent/server"
+	"github.com/ferry-dev/ferry/transfer/agent/supervisor"
 )
 
 // version is set at build time (-ldflags -X main.version=...).
@@ -28,7 +29,7 @@ func main() {
 	if len(os.Args) >= 2 && os.Args[1] == "supervise" {
 		// The supervisor of a detached command (agent.Spawn): the agent
 		// starts it as `supervise STATEDIR`, and it outlives the agent.
-		os.Exit(agent.SuperviseMain(os.Args[2:]))
+		os.Exit(supervisor.Main(os.Args[2:]))
 	}
 	if len(os.Args) != 2 || (os.Args[1] != "serve" && os.Args[1] != "version") {
 		fmt.Fprintln(os.Stderr, "usage: ferry-agent serve|version|supervise STATEDIR")
@@ -40,7 +41,7 @@ func main() {
 		os.Exit(1)
 	}
 	if os.Args[1] == "version" {
-		fmt.Printf("ferry-agent %s protocol %d sha256:%x\n", version, agent.ProtocolVersion, digest)
+		fmt.Printf("ferry-agent %s protocol %d sha256:%x\n", version, server.ProtocolVersion, digest)
 		return
 	}
 	// The exec ending reaches the agent as its stdin closing, as SIGHUP
@@ -61,7 +62,7 @@ func main() {
 	if syscall.SetNonblock(0, true) == nil {
 		stdin = os.NewFile(0, "stdin")
 	}
-	err = agent.Serve(ctx, stdin, os.Stdout, agent.ServerConfig{Version: version, Digest: digest, Logger: log})
+	err = server.Serve(ctx, stdin, os.Stdout, server.Config{Version: version, Digest: digest, Logger: log})
 	if err != nil && ctx.Err() == nil {
 		fmt.Fprintf(os.Stderr, "ferry-agent: %v\n", err)
 		os.Exit(1)

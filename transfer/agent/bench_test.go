@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+	"github.com/ferry-dev/ferry/transfer/agent/server"
 	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
@@ -44,7 +45,7 @@ func BenchmarkTree(b *testing.B) {
 		}
 	}
 	ws := b.TempDir()
-	c := agenttest.InProcess(b, agent.ServerConfig{Workspace: ws})
+	c := agenttest.InProcess(b, server.Config{Workspace: ws})
 	ctx := context.Background()
 	for _, name := range []string{"random", "text"} {
 		for _, m := range []frame.Mode{frame.Auto, frame.None} {

@@ -1,16 +1,13 @@
 package agent
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"net"
-	"sync"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
 )
 
 // Client is the host's connection to one running agent.
@@ -19,7 +16,7 @@ type Client struct {
 	Hello Hello
 	rpc   agentv1.AgentClient
 	cc    *grpc.ClientConn
-	conn  *streamConn
+	conn  io.Closer
 	// err reports why the stream under the connection ended, for RPC
 	// errors; nil while it has not.
 	err func() error
@@ -32,43 +29,16 @@ type Client struct {
 // by Close, to end the stream: it must end both r and w (a Read blocked on r
 // returns) and wait for the agent's side to end. It may be nil.
 func NewClient(r io.Reader, w io.Writer, maxSkip int, closeFn func() error) (*Client, error) {
-	h, err := ReadHello(r, maxSkip)
-	if err != nil {
+	h, cc, conn, err := wire.Connect(r, w, maxSkip, closeFn)
+	if conn == nil {
 		return nil, err
 	}
-	if h.Version != ProtocolVersion {
-		return &Client{Hello: h, conn: newStreamConn(r, w, closeFn)}, &VersionError{Got: h.Version, Want: ProtocolVersion}
+	c := &Client{Hello: h, cc: cc, conn: conn}
+	if cc != nil {
+		c.rpc = agentv1.NewAgentClient(cc)
 	}
-	if err := WriteHello(w, Hello{Version: ProtocolVersion, Digest: h.Digest}); err != nil {
-		return nil, err
-	}
-	conn := newStreamConn(r, w, closeFn)
-	var mu sync.Mutex
-	dialed := false
-	opts := append(dialOptions(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			if dialed {
-				return nil, errDialedTwice
-			}
-			dialed = true
-			return conn, nil
-		}),
-	)
-	cc, err := grpc.NewClient("passthrough:///ferry-agent", opts...)
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("agent client: %w", err)
-	}
-	// Connect now: the agent's first frames are waiting in the pipe.
-	cc.Connect()
-	return &Client{Hello: h, rpc: agentv1.NewAgentClient(cc), cc: cc, conn: conn}, nil
+	return c, err
 }
-
-// RPC is the generated client, for operations without a wrapper here.
-func (c *Client) RPC() agentv1.AgentClient { return c.rpc }
 
 // Close ends the connection and waits for the stream under it to end.
 func (c *Client) Close() error {

@@ -351,3 +351,5 @@ func BenchmarkCodecUnmarshal(b *testing.B) {
 		agent.Release(m.GetData())
 	}
 }
+
+func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }

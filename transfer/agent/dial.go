@@ -15,6 +15,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
 )
 
 // ErrUnavailable means the agent cannot run in this sandbox: no build for
@@ -132,9 +133,9 @@ func Dial(ctx context.Context, cfg DialConfig) (*Client, Dialled, error) {
 // exitWait bounds how long closing a connection waits for the agent to
 // exit once its stdin has ended, before the exec is cancelled (which
 // kills it, and reads as a failed exit). It outlasts the agent's own
-// stopWait, so that an agent still finishing a call's cleanup exits by
+// wire.StopWait, so that an agent still finishing a call's cleanup exits by
 // itself rather than being killed at the same moment it would have.
-const exitWait = stopWait + 3*time.Second
+const exitWait = wire.StopWait + 3*time.Second
 
 // errNoAgent: the serve script found no cached agent and printed its
 // probe line instead.

@@ -49,8 +49,8 @@ func TestDialInstallsOnceThenReuses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.GetArch() != runtime.GOARCH {
-				t.Errorf("probe arch = %q", p.GetArch())
+			if p.Arch != runtime.GOARCH {
+				t.Errorf("probe arch = %q", p.Arch)
 			}
 			if err := c.Close(); err != nil {
 				t.Fatalf("close: %v", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+	"github.com/ferry-dev/ferry/transfer/agent/server"
 )
 
 // collect gathers what Follow sends, per file, and checks that the pieces
@@ -88,7 +89,7 @@ func grow(t *testing.T, name string, lines int, d time.Duration, stop string) (w
 
 func TestFollowGrowing(t *testing.T) {
 	ws := t.TempDir()
-	c := agenttest.InProcess(t, agent.ServerConfig{Workspace: ws})
+	c := agenttest.InProcess(t, server.Config{Workspace: ws})
 	a := filepath.Join(ws, "a.log")
 	// More than a chunk before the start: it arrives in several pieces.
 	big := bytes.Repeat([]byte("0123456789abcde\n"), agent.ChunkSize/16*2+5)
@@ -122,7 +123,7 @@ func TestFollowGrowing(t *testing.T) {
 // re-check interval (2s).
 func TestFollowCreatedLate(t *testing.T) {
 	ws := t.TempDir()
-	c := agenttest.InProcess(t, agent.ServerConfig{Workspace: ws})
+	c := agenttest.InProcess(t, server.Config{Workspace: ws})
 	files := []agent.FollowFile{{Path: "meta/sub/late.log"}}
 	go func() {
 		time.Sleep(100 * time.Millisecond)
@@ -149,7 +150,7 @@ func TestFollowCreatedLate(t *testing.T) {
 
 func TestFollowStopAlreadyThere(t *testing.T) {
 	ws := t.TempDir()
-	c := agenttest.InProcess(t, agent.ServerConfig{Workspace: ws})
+	c := agenttest.InProcess(t, server.Config{Workspace: ws})
 	if err := os.WriteFile(filepath.Join(ws, "x"), []byte("hello\nworld"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestFollowStopAlreadyThere(t *testing.T) {
 
 func TestFollowCancel(t *testing.T) {
 	ws := t.TempDir()
-	c := agenttest.InProcess(t, agent.ServerConfig{Workspace: ws})
+	c := agenttest.InProcess(t, server.Config{Workspace: ws})
 	appendFile(t, filepath.Join(ws, "x"), []byte("first\n"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -187,7 +188,7 @@ func TestFollowCancel(t *testing.T) {
 
 func TestFollowShrunk(t *testing.T) {
 	ws := t.TempDir()
-	c := agenttest.InProcess(t, agent.ServerConfig{Workspace: ws})
+	c := agenttest.InProcess(t, server.Config{Workspace: ws})
 	x := filepath.Join(ws, "x")
 	appendFile(t, x, []byte("0123456789"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -231,7 +232,7 @@ func TestFollowShrunk(t *testing.T) {
 
 func TestFollowRefused(t *testing.T) {
 	ws := t.TempDir()
-	c := agenttest.InProcess(t, agent.ServerConfig{Workspace: ws})
+	c := agenttest.InProcess(t, server.Config{Workspace: ws})
 	if err := os.Mkdir(filepath.Join(ws, "dir"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +255,7 @@ func TestFollowRefused(t *testing.T) {
 
 func TestFollowConnLost(t *testing.T) {
 	ws := t.TempDir()
-	c, cut := agenttest.Cuttable(t, agent.ServerConfig{Workspace: ws})
+	c, cut := agenttest.Cuttable(t, server.Config{Workspace: ws})
 	appendFile(t, filepath.Join(ws, "x"), []byte("first\n"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

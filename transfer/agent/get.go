@@ -3,94 +3,12 @@ package agent
 import (
 	"context"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"syscall"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
 	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
-
-func (s *server) Get(req *agentv1.GetRequest, stream agentv1.Agent_GetServer) error {
-	return toStatus(s.get(req, stream))
-}
-
-func (s *server) get(req *agentv1.GetRequest, stream agentv1.Agent_GetServer) error {
-	ctx := stream.Context()
-	rd := req.GetDir()
-	if rd == "" {
-		rd = "."
-	}
-	if err := checkRemotePath("get", rd); err != nil {
-		return err
-	}
-	if len(req.GetNames()) == 0 {
-		return fmt.Errorf("get %s: %w: no names", rd, ErrInvalidPath)
-	}
-	names := make([]string, len(req.GetNames()))
-	for i, n := range req.GetNames() {
-		c, err := memberName("get", n)
-		if err != nil {
-			return err
-		}
-		names[i] = c
-	}
-	var mode frame.Mode
-	found := false
-	for m, v := range compressions {
-		if v == req.GetCompression() {
-			mode, found = m, true
-		}
-	}
-	if !found {
-		return status.Errorf(codes.InvalidArgument, "get %s: unknown compression %v", rd, req.GetCompression())
-	}
-	// As POSIX mode's download.sh: dir is followed (cd), every name must
-	// exist (a dangling symlink does), and is then archived as it is.
-	dir := s.abs(rd)
-	if fi, err := os.Stat(dir); err != nil {
-		return err
-	} else if !fi.IsDir() {
-		return &fs.PathError{Op: "get", Path: dir, Err: syscall.ENOTDIR}
-	}
-	for _, n := range names {
-		if n == "." {
-			continue
-		}
-		if _, err := os.Lstat(filepath.Join(dir, filepath.FromSlash(n))); err != nil {
-			return err
-		}
-	}
-	t := newTreeWriter(func(b []byte) error {
-		return stream.Send(&agentv1.GetResponse{Msg: &agentv1.GetResponse_Data{Data: b}})
-	}, mode, 0)
-	var err error
-	for _, n := range names {
-		if n == "." {
-			err = t.tw.AddRoot(ctx, dir)
-		} else {
-			err = t.tw.Add(ctx, filepath.Join(dir, filepath.FromSlash(n)), n)
-		}
-		if err != nil {
-			break
-		}
-	}
-	if err == nil {
-		err = t.finish()
-	}
-	if err != nil {
-		if cerr := ctx.Err(); t.cw.failed && cerr != nil {
-			return cerr // the host went away; nobody reads a status
-		}
-		return err
-	}
-	return stream.Send(&agentv1.GetResponse{Msg: &agentv1.GetResponse_Trailer{Trailer: trailerOf(t.tw)}})
-}
 
 // GetSpec is what Get takes from the sandbox and where it lands.
 type GetSpec struct {
@@ -133,7 +51,7 @@ func (c *Client) Get(ctx context.Context, spec GetSpec) (Result, error) {
 		dir = "."
 	}
 	op := "get " + dir
-	if err := checkRemotePath("get", dir); err != nil {
+	if err := wire.CheckRemotePath("get", dir); err != nil {
 		return Result{}, err
 	}
 	if len(spec.Names) == 0 {
@@ -142,7 +60,7 @@ func (c *Client) Get(ctx context.Context, spec GetSpec) (Result, error) {
 	var minEntries int64
 	seen := map[string]bool{}
 	for _, n := range spec.Names {
-		c, err := memberName("get", n)
+		c, err := wire.MemberName("get", n)
 		if err != nil {
 			return Result{}, err
 		}
@@ -151,7 +69,7 @@ func (c *Client) Get(ctx context.Context, spec GetSpec) (Result, error) {
 			minEntries++
 		}
 	}
-	mode, ok := compressions[spec.Compress]
+	mode, ok := wire.Compressions[spec.Compress]
 	if !ok {
 		return Result{}, fmt.Errorf("%s: unknown compression %v", op, spec.Compress)
 	}
@@ -161,7 +79,7 @@ func (c *Client) Get(ctx context.Context, spec GetSpec) (Result, error) {
 	if err != nil {
 		return Result{}, c.callErr(op, err)
 	}
-	msgs := &msgReader{owned: true, recv: func() ([]byte, *agentv1.Trailer, error) {
+	msgs := &wire.MsgReader{Owned: true, Recv: func() ([]byte, *agentv1.Trailer, error) {
 		m, err := stream.Recv()
 		if err != nil {
 			return nil, nil, err
@@ -174,23 +92,23 @@ func (c *Client) Get(ctx context.Context, spec GetSpec) (Result, error) {
 		}
 		return nil, nil, fmt.Errorf("%w: an empty message", archive.ErrDigest)
 	}}
-	tr := newTreeReader(msgs, spec.Limits)
-	tr.minEntries = minEntries
+	tr := wire.NewTreeReader(msgs, spec.Limits)
+	tr.MinEntries = minEntries
 	var stale int
-	st, err := archive.Extract(ctx, tr.fr, spec.Local, archive.ExtractOptions{
+	st, err := archive.Extract(ctx, tr.Frames, spec.Local, archive.ExtractOptions{
 		Limits:  spec.Limits,
 		Place:   spec.Place,
 		Names:   spec.Names,
-		OnFile:  tr.onFile,
-		Verify:  tr.verify,
+		OnFile:  tr.OnFile,
+		Verify:  tr.Verify,
 		OnStale: func(n int, _ error) { stale = n },
 	})
 	if err != nil {
 		// The agent's own failure ended the stream: that is the cause.
-		if msgs.remote != nil {
-			return Result{}, c.callErr(op, msgs.remote)
+		if msgs.Remote != nil {
+			return Result{}, c.callErr(op, msgs.Remote)
 		}
 		return Result{}, fmt.Errorf("%s: %w", op, err)
 	}
-	return Result{Stats: st, WireBytes: msgs.wire, Entries: msgs.trailer.GetEntries(), StaleStaging: stale}, nil
+	return Result{Stats: st, WireBytes: msgs.Wire, Entries: msgs.Trailer.GetEntries(), StaleStaging: stale}, nil
 }

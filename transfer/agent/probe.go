@@ -2,70 +2,32 @@ package agent
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"runtime"
-
-	"golang.org/x/sys/unix"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 )
 
-func (s *server) Probe(ctx context.Context, req *agentv1.ProbeRequest) (*agentv1.ProbeResponse, error) {
-	ws, err := s.workspace()
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "workspace: %v", err)
-	}
-	p := s.abs(req.GetPath())
-	if req.GetPath() == "" {
-		p = ws
-	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(p, &fs); err != nil {
-		return nil, status.Errorf(codes.NotFound, "statfs %s: %v", p, err)
-	}
-	tmp := s.cfg.TempDir
-	if tmp == "" {
-		tmp = os.TempDir()
-	}
-	return &agentv1.ProbeResponse{
-		Os:        runtime.GOOS,
-		Arch:      runtime.GOARCH,
-		Uid:       uint32(os.Getuid()),
-		Gid:       uint32(os.Getgid()),
-		Workspace: ws,
-		FreeBytes: fs.Bavail * uint64(fs.Bsize),
-		TempDir:   tmp,
-		Version:   s.cfg.Version,
-	}, nil
-}
-
-// workspace is the absolute directory relative paths start from.
-func (s *server) workspace() (string, error) {
-	if s.cfg.Workspace != "" {
-		return filepath.Abs(s.cfg.Workspace)
-	}
-	return os.Getwd()
-}
-
-// abs resolves a request path: absolute as given, else under the
-// workspace. It does not clean away "..": where that is refused, the
-// operation refuses it.
-func (s *server) abs(p string) string {
-	if filepath.IsAbs(p) {
-		return p
-	}
-	ws, err := s.workspace()
-	if err != nil {
-		return p
-	}
-	return filepath.Join(ws, p)
+// Probe is what the agent reports about its sandbox. The agent is not
+// trusted: these are its claims.
+type Probe struct {
+	OS, Arch string
+	UID, GID uint32
+	// Workspace is the directory relative paths start from.
+	Workspace string
+	// FreeBytes is what the workspace's file system has free.
+	FreeBytes uint64
+	TempDir   string
+	// Version is the agent's release string.
+	Version string
 }
 
 // Probe asks the agent to describe its sandbox.
-func (c *Client) Probe(ctx context.Context) (*agentv1.ProbeResponse, error) {
+func (c *Client) Probe(ctx context.Context) (Probe, error) {
 	r, err := c.rpc.Probe(ctx, &agentv1.ProbeRequest{})
-	return r, c.wrap("probe", err)
+	if err != nil {
+		return Probe{}, c.wrap("probe", err)
+	}
+	return Probe{
+		OS: r.GetOs(), Arch: r.GetArch(), UID: r.GetUid(), GID: r.GetGid(), Workspace: r.GetWorkspace(),
+		FreeBytes: r.GetFreeBytes(), TempDir: r.GetTempDir(), Version: r.GetVersion(),
+	}, nil
 }

@@ -20,6 +20,7 @@ import (
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+	"github.com/ferry-dev/ferry/transfer/agent/server"
 	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/frame"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
@@ -259,7 +260,7 @@ func TestPutFillFails(t *testing.T) {
 // bypassing Client.Put's honest trailer.
 func rawPut(t *testing.T, c *agent.Client, msgs []*agentv1.PutRequest) error {
 	t.Helper()
-	stream, err := c.RPC().Put(context.Background())
+	stream, err := agent.RawRPC(c).Put(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,7 +422,7 @@ func TestPutMessagesAndAgentReply(t *testing.T) {
 // the agent's server only after the call has removed its staging.
 func TestPutCutStagingRemoved(t *testing.T) {
 	ws := t.TempDir()
-	c, cut := agenttest.Cuttable(t, agent.ServerConfig{Workspace: ws})
+	c, cut := agenttest.Cuttable(t, server.Config{Workspace: ws})
 	if _, err := c.Probe(context.Background()); err != nil {
 		t.Fatal(err)
 	}

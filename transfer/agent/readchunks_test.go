@@ -23,11 +23,11 @@ import (
 )
 
 // readsOf is a read of every chunk a scan reported.
-func readsOf(es []*agentv1.ScanEntry) []*agentv1.ChunkRead {
-	var reads []*agentv1.ChunkRead
+func readsOf(es []agent.ScanEntry) []agent.ChunkRead {
+	var reads []agent.ChunkRead
 	for _, e := range es {
-		for _, c := range e.GetChunks() {
-			reads = append(reads, &agentv1.ChunkRead{Path: e.GetPath(), Offset: c.GetOffset(), Size: c.GetSize(), Id: c.GetId()})
+		for _, c := range e.Chunks {
+			reads = append(reads, agent.ChunkRead{Path: e.Path, Offset: c.Offset, Size: c.Size, ID: c.ID})
 		}
 	}
 	return reads
@@ -49,12 +49,12 @@ func TestReadChunks(t *testing.T) {
 	reads := readsOf(scanAll(t, c, ".", nil))
 	var total int64
 	for _, r := range reads {
-		total += r.GetSize()
+		total += r.Size
 	}
 	for _, mode := range []frame.Mode{frame.Auto, frame.Zstd, frame.None} {
 		got := map[string][]byte{}
 		wire, err := c.ReadChunks(context.Background(), ws, reads, mode, func(i int, data []byte) error {
-			got[reads[i].GetPath()] = append(got[reads[i].GetPath()], data...)
+			got[reads[i].Path] = append(got[reads[i].Path], data...)
 			return nil
 		})
 		if err != nil {
@@ -132,7 +132,7 @@ func TestReadChunksEscape(t *testing.T) {
 	}
 	sum := sha256.Sum256(secret)
 	for _, p := range []string{"../secret", "up/secret", filepath.Join(ws, "secret")} {
-		reads := []*agentv1.ChunkRead{{Path: p, Size: int64(len(secret)), Id: sum[:]}}
+		reads := []agent.ChunkRead{{Path: p, Size: int64(len(secret)), ID: sum}}
 		_, err := c.ReadChunks(context.Background(), "dir", reads, frame.None, func(int, []byte) error {
 			t.Errorf("%s: read", p)
 			return nil
@@ -145,16 +145,14 @@ func TestReadChunksEscape(t *testing.T) {
 
 func TestReadChunksRefusals(t *testing.T) {
 	c, _ := inProcess(t)
-	id := make([]byte, 32)
 	nop := func(int, []byte) error { return nil }
-	for name, r := range map[string]*agentv1.ChunkRead{
-		"empty":       {Path: "f", Size: 0, Id: id},
-		"huge":        {Path: "f", Size: 1 << 30, Id: id},
-		"negative":    {Path: "f", Offset: -1, Size: 1, Id: id},
-		"short id":    {Path: "f", Size: 1, Id: id[:31]},
-		"NUL in path": {Path: "f\x00", Size: 1, Id: id},
+	for name, r := range map[string]agent.ChunkRead{
+		"empty":       {Path: "f", Size: 0},
+		"huge":        {Path: "f", Size: 1 << 30},
+		"negative":    {Path: "f", Offset: -1, Size: 1},
+		"NUL in path": {Path: "f\x00", Size: 1},
 	} {
-		if _, err := c.ReadChunks(context.Background(), ".", []*agentv1.ChunkRead{r}, frame.None, nop); !errors.Is(err, agent.ErrInvalidPath) {
+		if _, err := c.ReadChunks(context.Background(), ".", []agent.ChunkRead{r}, frame.None, nop); !errors.Is(err, agent.ErrInvalidPath) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -179,9 +177,9 @@ func (h *hostileReader) ReadChunks(req *agentv1.ReadChunksRequest, s agentv1.Age
 func TestReadChunksHostileAgent(t *testing.T) {
 	data := bytes.Repeat([]byte("chunk data "), 1000)
 	sum := sha256.Sum256(data)
-	reads := []*agentv1.ChunkRead{
-		{Path: "f", Size: int64(len(data)), Id: sum[:]},
-		{Path: "f", Offset: int64(len(data)), Size: int64(len(data)), Id: sum[:]},
+	reads := []agent.ChunkRead{
+		{Path: "f", Size: int64(len(data)), ID: sum},
+		{Path: "f", Offset: int64(len(data)), Size: int64(len(data)), ID: sum},
 	}
 	enc, _ := zstd.NewWriter(nil)
 	defer enc.Close()
@@ -263,7 +261,7 @@ func TestScanReadChunksRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	es := scanAll(t, c, ".", nil)
-	if len(es) != 1 || fs.FileMode(es[0].GetMode()) != 0o640 || len(es[0].GetChunks()) < 3<<20/cdc.Default().Max {
+	if len(es) != 1 || fs.FileMode(es[0].Mode) != 0o640 || len(es[0].Chunks) < 3<<20/cdc.Default().Max {
 		t.Fatalf("scan: %v", es)
 	}
 	var got []byte

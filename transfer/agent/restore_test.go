@@ -242,7 +242,7 @@ func TestRestoreHostileHost(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c, ws := inProcess(t)
-			stream, err := c.RPC().Restore(context.Background())
+			stream, err := agent.RawRPC(c).Restore(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}

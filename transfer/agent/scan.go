@@ -6,280 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"iter"
-	"os"
-	"path/filepath"
-	"slices"
-
-	"golang.org/x/sys/unix"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
 	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/cdc"
 )
-
-// Bounds of a Scan and a ReadChunks call.
-const (
-	// maxChunk bounds ChunkParams.max and one ChunkRead: the agent holds
-	// two chunks of the chunker and one read at a time.
-	maxChunk = 4 << 20
-	// maxKnown bounds ScanRequest.known.
-	maxKnown = 1 << 20
-	// maxFileChunks bounds one file's chunk list, which travels in one
-	// ScanEntry: about 50 bytes a chunk keeps an entry well under
-	// maxMessage. At the default 32 KiB average that is files of about
-	// 32 GiB; a larger file fails the scan with ErrLimit.
-	maxFileChunks = 1 << 20
-	// scanBatch is the size a ScanResponse grows to before it is sent:
-	// thousands of entries, a few times as much in memory at each end.
-	scanBatch = 256 << 10
-)
-
-// oScan opens a file a scan reads: never through a final symlink (one
-// swapped in after the walk saw a file), and never blocking on a FIFO
-// swapped in the same way.
-const oScan = os.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK
-
-// Scan walks req.dir as session.DirSource walks a local directory, so that
-// a save through the agent and one of the same tree on the host give the
-// same manifest: fs.WalkDir over an os.Root (lexical order, a directory
-// before its contents, symlinks reported and never followed), the root
-// itself not reported. Sockets, FIFOs and devices are skipped, not
-// reported: a session cannot carry them. A regular file is read once,
-// through the root and without following a final symlink, cut by the
-// chunker and each chunk hashed with SHA-256; its mode and mtime then come
-// from the open file. A regular file whose lstat size and mtime equal a
-// known file's is reported unchanged and not opened.
-func (s *server) Scan(req *agentv1.ScanRequest, stream agentv1.Agent_ScanServer) error {
-	if len(req.GetKnown()) > maxKnown {
-		return toStatus(fmt.Errorf("scan %s: %w: %d known files, at most %d", req.GetDir(), archive.ErrLimit, len(req.GetKnown()), maxKnown))
-	}
-	// The last of a path known twice counts, as a map of them would have it.
-	known := slices.Clone(req.GetKnown())
-	slices.SortStableFunc(known, func(a, b *agentv1.KnownFile) int { return archive.CompareWalk(a.GetPath(), b.GetPath()) })
-	for i := len(known) - 1; i > 0; i-- {
-		if known[i-1].GetPath() == known[i].GetPath() {
-			known = slices.Delete(known, i-1, i)
-		}
-	}
-	k := &knownFiles{}
-	if err := k.add(known); err != nil {
-		return toStatus(err)
-	}
-	return toStatus(s.scan(stream.Context(), req, k, stream.Send))
-}
-
-// ScanStream is Scan with the known files streamed in walk order: the agent
-// holds one batch of them at a time, and reads the next as its walk gets
-// there.
-func (s *server) ScanStream(stream agentv1.Agent_ScanStreamServer) error {
-	req, err := stream.Recv()
-	if err == io.EOF {
-		return status.Error(codes.InvalidArgument, "scan: no request")
-	}
-	if err != nil {
-		return err
-	}
-	k := &knownFiles{recv: stream.Recv}
-	if err := k.add(req.GetKnown()); err != nil {
-		return toStatus(err)
-	}
-	return toStatus(s.scan(stream.Context(), req, k, stream.Send))
-}
-
-func (s *server) scan(ctx context.Context, req *agentv1.ScanRequest, known *knownFiles, send func(*agentv1.ScanResponse) error) error {
-	rd := req.GetDir()
-	if rd == "" {
-		rd = "."
-	}
-	if err := checkRemotePath("scan", rd); err != nil {
-		return err
-	}
-	p, err := chunkParams(req.GetParams())
-	if err != nil {
-		return status.Errorf(codes.InvalidArgument, "scan %s: %v", rd, err)
-	}
-	dir := s.abs(rd)
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-
-	ch := cdc.New(nil, p)
-	resp := &agentv1.ScanResponse{}
-	size := 0
-	flush := func() error {
-		if len(resp.Entries) == 0 {
-			return nil
-		}
-		err := send(resp)
-		resp.Entries, size = resp.Entries[:0], 0
-		return err
-	}
-	err = fs.WalkDir(root.FS(), ".", func(p string, de fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if p == "." {
-			return nil
-		}
-		fi, err := de.Info()
-		if err != nil {
-			return err
-		}
-		e := &agentv1.ScanEntry{Path: p, Mode: unixMode(fi.Mode()), MtimeUnixNano: fi.ModTime().UnixNano()}
-		switch m := fi.Mode(); {
-		case m.IsDir():
-			e.Kind = agentv1.Kind_KIND_DIR
-		case m&fs.ModeSymlink != 0:
-			e.Kind = agentv1.Kind_KIND_SYMLINK
-			if e.Target, err = root.Readlink(p); err != nil {
-				return err
-			}
-		case m.IsRegular():
-			e.Kind = agentv1.Kind_KIND_FILE
-			k, err := known.find(p)
-			if err != nil {
-				return fmt.Errorf("scan %s: %w", rd, err)
-			}
-			if k != nil && k.GetSize() == fi.Size() && k.GetMtimeUnixNano() == e.MtimeUnixNano {
-				e.Size, e.Unchanged = fi.Size(), true
-			} else if err := chunkFile(ctx, root, ch, e); err != nil {
-				return &fs.PathError{Op: "scan", Path: filepath.Join(dir, p), Err: err}
-			}
-		default:
-			return nil
-		}
-		resp.Entries = append(resp.Entries, e)
-		if size += proto.Size(e); size >= scanBatch {
-			return flush()
-		}
-		return nil
-	})
-	if err == nil {
-		err = flush()
-	}
-	return err
-}
-
-// knownFiles are the host's known files, in walk order, read as the walk
-// reaches them: a Scan's whole list, sorted, or a ScanStream's batches,
-// received one at a time. A list out of order (the walk would miss files
-// in it) or over maxKnown is refused.
-type knownFiles struct {
-	batch []*agentv1.KnownFile
-	recv  func() (*agentv1.ScanRequest, error) // the next batch; nil for none
-	last  string
-	n     int
-}
-
-// add takes the next batch, checking its order.
-func (k *knownFiles) add(batch []*agentv1.KnownFile) error {
-	for _, f := range batch {
-		if k.n > 0 && archive.CompareWalk(k.last, f.GetPath()) >= 0 {
-			return status.Errorf(codes.InvalidArgument, "known file %q: out of walk order, after %q", f.GetPath(), k.last)
-		}
-		if k.n++; k.n > maxKnown {
-			return fmt.Errorf("%w: over %d known files", archive.ErrLimit, maxKnown)
-		}
-		k.last = f.GetPath()
-	}
-	k.batch = batch
-	return nil
-}
-
-// find returns the known file at path, nil if there is none, and drops
-// every one before it. Paths come in ascending walk order.
-func (k *knownFiles) find(path string) (*agentv1.KnownFile, error) {
-	for {
-		for len(k.batch) > 0 {
-			f := k.batch[0]
-			switch c := archive.CompareWalk(f.GetPath(), path); {
-			case c > 0:
-				return nil, nil
-			case c == 0:
-				k.batch = k.batch[1:]
-				return f, nil
-			}
-			k.batch = k.batch[1:]
-		}
-		if k.recv == nil {
-			return nil, nil
-		}
-		req, err := k.recv()
-		if err == io.EOF {
-			k.recv = nil
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := k.add(req.GetKnown()); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// chunkFile reads the file e.Path once and fills in e's chunks and size,
-// and its mode and mtime from the open file.
-func chunkFile(ctx context.Context, root *os.Root, ch *cdc.Chunker, e *agentv1.ScanEntry) error {
-	f, err := root.OpenFile(e.Path, oScan, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if !fi.Mode().IsRegular() {
-		return errors.New("changed type while scanning")
-	}
-	e.Mode, e.MtimeUnixNano = unixMode(fi.Mode()), fi.ModTime().UnixNano()
-	ch.Reset(f)
-	for {
-		data, err := ch.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if len(e.Chunks) == maxFileChunks {
-			return fmt.Errorf("%w: over %d chunks", archive.ErrLimit, maxFileChunks)
-		}
-		sum := sha256.Sum256(data)
-		e.Chunks = append(e.Chunks, &agentv1.ChunkInfo{Id: sum[:], Offset: e.Size, Size: int64(len(data))})
-		e.Size += int64(len(data))
-	}
-}
-
-// chunkParams is the chunker a ScanRequest asks for: all zero is
-// cdc.Default().
-func chunkParams(cp *agentv1.ChunkParams) (cdc.Params, error) {
-	if cp.GetMin() == 0 && cp.GetAvg() == 0 && cp.GetMax() == 0 {
-		return cdc.Default(), nil
-	}
-	p := cdc.Params{Min: int(cp.GetMin()), Avg: int(cp.GetAvg()), Max: int(cp.GetMax())}
-	if err := p.Validate(); err != nil {
-		return p, err
-	}
-	if p.Max > maxChunk {
-		return p, fmt.Errorf("chunk params: max %d over %d", p.Max, maxChunk)
-	}
-	return p, nil
-}
 
 // Scan lists dir in the sandbox (relative paths start at the workspace) for
 // a session save, calling fn with each entry in walk order (a directory
@@ -294,14 +27,16 @@ func chunkParams(cp *agentv1.ChunkParams) (cdc.Params, error) {
 // is cdc.Default()). fn's error ends the scan and is returned.
 //
 // The agent may be hostile: fn gets the entries as the agent sent them,
-// unchecked; the caller validates them (package session's AgentSource
-// does).
-func (c *Client) Scan(ctx context.Context, dir string, known iter.Seq2[*agentv1.KnownFile, error], params cdc.Params, fn func(*agentv1.ScanEntry) error) error {
+// unchecked but for what ScanEntry cannot hold (a kind the protocol does
+// not define, a chunk id that is not a SHA-256), which ends the scan with
+// an *archive.EntryError naming the entry and matching ErrBadAnswer; the
+// caller validates the rest (package session's AgentSource does).
+func (c *Client) Scan(ctx context.Context, dir string, known iter.Seq2[KnownFile, error], params cdc.Params, fn func(ScanEntry) error) error {
 	if dir == "" {
 		dir = "."
 	}
 	op := "scan " + dir
-	if err := checkRemotePath("scan", dir); err != nil {
+	if err := wire.CheckRemotePath("scan", dir); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -346,14 +81,14 @@ const knownBatch = 2048
 // sendKnown sends first, then known in batches, then half-closes. It
 // returns only known's error: one of the stream's ends the receiving too,
 // which reports it.
-func sendKnown(stream agentv1.Agent_ScanStreamClient, first *agentv1.ScanRequest, known iter.Seq2[*agentv1.KnownFile, error]) error {
+func sendKnown(stream agentv1.Agent_ScanStreamClient, first *agentv1.ScanRequest, known iter.Seq2[KnownFile, error]) error {
 	req := first
 	if known != nil {
 		for k, err := range known {
 			if err != nil {
 				return err
 			}
-			req.Known = append(req.Known, k)
+			req.Known = append(req.Known, &agentv1.KnownFile{Path: k.Path, Size: k.Size, MtimeUnixNano: k.MTime})
 			if len(req.Known) == knownBatch {
 				if stream.Send(req) != nil {
 					return nil
@@ -369,12 +104,73 @@ func sendKnown(stream agentv1.Agent_ScanStreamClient, first *agentv1.ScanRequest
 	return nil
 }
 
+// KnownFile is a file the host holds a chunk list for: Scan reports it
+// Unchanged, without chunks, when its size and mtime are.
+type KnownFile struct {
+	Path  string
+	Size  int64
+	MTime int64 // Unix nanoseconds
+}
+
+// ScanEntry is one entry of a Scan, as the agent reported it: its claims,
+// which the caller checks.
+type ScanEntry struct {
+	Path string
+	Kind archive.Kind
+	// Mode is as the agent sent it: permission bits, setuid, setgid and
+	// sticky (archive.ModeBits), and whatever else a hostile agent set.
+	Mode      uint32
+	MTime     int64 // Unix nanoseconds
+	Size      int64
+	Target    string // of a Symlink
+	Unchanged bool   // a known file, same size and mtime; no Chunks
+	Chunks    []Chunk
+}
+
+// Chunk is one content-defined chunk of a scanned file: where it lies in
+// the file and the SHA-256 of its bytes.
+type Chunk struct {
+	Offset, Size int64
+	ID           [sha256.Size]byte
+}
+
+// ErrBadAnswer matches an answer of the agent that the protocol cannot
+// carry: a kind it does not define, a chunk id that is not a SHA-256. Only
+// a hostile or broken agent sends one.
+var ErrBadAnswer = errors.New("agent: answer outside the protocol")
+
+// scanEntryOf converts what the agent sent, refusing what a ScanEntry
+// cannot hold rather than fixing it.
+func scanEntryOf(pe *agentv1.ScanEntry) (ScanEntry, error) {
+	bad := func(format string, args ...any) (ScanEntry, error) {
+		return ScanEntry{}, &archive.EntryError{Op: "scan", Entry: pe.GetPath(), Err: fmt.Errorf("%w: %s", ErrBadAnswer, fmt.Sprintf(format, args...))}
+	}
+	k, ok := kinds[pe.GetKind()]
+	if !ok {
+		return bad("kind %d", pe.GetKind())
+	}
+	e := ScanEntry{
+		Path: pe.GetPath(), Kind: k, Mode: pe.GetMode(), MTime: pe.GetMtimeUnixNano(),
+		Size: pe.GetSize(), Target: pe.GetTarget(), Unchanged: pe.GetUnchanged(),
+	}
+	if len(pe.GetChunks()) > 0 {
+		e.Chunks = make([]Chunk, len(pe.GetChunks()))
+	}
+	for i, c := range pe.GetChunks() {
+		if len(c.GetId()) != sha256.Size {
+			return bad("chunk %d: id of %d bytes", i, len(c.GetId()))
+		}
+		e.Chunks[i] = Chunk{Offset: c.GetOffset(), Size: c.GetSize(), ID: [sha256.Size]byte(c.GetId())}
+	}
+	return e, nil
+}
+
 // fnError carries Scan's fn's error out of recvScan.
 type fnError struct{ err error }
 
 func (e fnError) Error() string { return e.err.Error() }
 
-func recvScan(stream agentv1.Agent_ScanStreamClient, fn func(*agentv1.ScanEntry) error) error {
+func recvScan(stream agentv1.Agent_ScanStreamClient, fn func(ScanEntry) error) error {
 	for {
 		m, err := stream.Recv()
 		if err == io.EOF {
@@ -383,7 +179,11 @@ func recvScan(stream agentv1.Agent_ScanStreamClient, fn func(*agentv1.ScanEntry)
 		if err != nil {
 			return err
 		}
-		for _, e := range m.GetEntries() {
+		for _, pe := range m.GetEntries() {
+			e, err := scanEntryOf(pe)
+			if err != nil {
+				return fnError{err}
+			}
 			if err := fn(e); err != nil {
 				return fnError{err}
 			}

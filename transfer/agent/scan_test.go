@@ -21,13 +21,14 @@ import (
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/cdc"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
 // knownSeq is known, in the order given, as Scan takes it.
-func knownSeq(known []*agentv1.KnownFile) iter.Seq2[*agentv1.KnownFile, error] {
-	return func(yield func(*agentv1.KnownFile, error) bool) {
+func knownSeq(known []agent.KnownFile) iter.Seq2[agent.KnownFile, error] {
+	return func(yield func(agent.KnownFile, error) bool) {
 		for _, k := range known {
 			if !yield(k, nil) {
 				return
@@ -36,10 +37,10 @@ func knownSeq(known []*agentv1.KnownFile) iter.Seq2[*agentv1.KnownFile, error] {
 	}
 }
 
-func scanAll(t *testing.T, c *agent.Client, dir string, known []*agentv1.KnownFile) []*agentv1.ScanEntry {
+func scanAll(t *testing.T, c *agent.Client, dir string, known []agent.KnownFile) []agent.ScanEntry {
 	t.Helper()
-	var got []*agentv1.ScanEntry
-	if err := c.Scan(context.Background(), dir, knownSeq(known), cdc.Default(), func(e *agentv1.ScanEntry) error {
+	var got []agent.ScanEntry
+	if err := c.Scan(context.Background(), dir, knownSeq(known), cdc.Default(), func(e agent.ScanEntry) error {
 		got = append(got, e)
 		return nil
 	}); err != nil {
@@ -81,34 +82,34 @@ func TestScan(t *testing.T) {
 		}
 		e := got[i]
 		i++
-		if e.GetPath() != filepath.ToSlash(rel) || e.GetMtimeUnixNano() != fi.ModTime().UnixNano() || fs.FileMode(e.GetMode()) != fi.Mode().Perm() || e.GetUnchanged() {
+		if e.Path != filepath.ToSlash(rel) || e.MTime != fi.ModTime().UnixNano() || fs.FileMode(e.Mode) != fi.Mode().Perm() || e.Unchanged {
 			t.Fatalf("entry %d: %+v, want %s with %v %v", i, e, rel, fi.Mode(), fi.ModTime())
 		}
 		switch {
 		case fi.IsDir():
-			if e.GetKind() != agentv1.Kind_KIND_DIR {
-				t.Fatalf("%s: kind %v", rel, e.GetKind())
+			if e.Kind != archive.Dir {
+				t.Fatalf("%s: kind %v", rel, e.Kind)
 			}
 		case fi.Mode()&fs.ModeSymlink != 0:
 			target, _ := os.Readlink(p)
-			if e.GetKind() != agentv1.Kind_KIND_SYMLINK || e.GetTarget() != target {
-				t.Fatalf("%s: %v -> %q, want -> %q", rel, e.GetKind(), e.GetTarget(), target)
+			if e.Kind != archive.Symlink || e.Target != target {
+				t.Fatalf("%s: %v -> %q, want -> %q", rel, e.Kind, e.Target, target)
 			}
 		default:
 			data, err := os.ReadFile(p)
 			if err != nil {
 				return err
 			}
-			if e.GetKind() != agentv1.Kind_KIND_FILE || e.GetSize() != int64(len(data)) {
-				t.Fatalf("%s: %v of %d bytes, want %d", rel, e.GetKind(), e.GetSize(), len(data))
+			if e.Kind != archive.File || e.Size != int64(len(data)) {
+				t.Fatalf("%s: %v of %d bytes, want %d", rel, e.Kind, e.Size, len(data))
 			}
 			var off int64
-			for _, ch := range e.GetChunks() {
-				sum := sha256.Sum256(data[off : off+ch.GetSize()])
-				if ch.GetOffset() != off || ch.GetSize() > int64(cdc.Default().Max) || !bytes.Equal(sum[:], ch.GetId()) {
+			for _, ch := range e.Chunks {
+				sum := sha256.Sum256(data[off : off+ch.Size])
+				if ch.Offset != off || ch.Size > int64(cdc.Default().Max) || sum != ch.ID {
 					t.Fatalf("%s: chunk %+v at %d", rel, ch, off)
 				}
-				off += ch.GetSize()
+				off += ch.Size
 			}
 			if off != int64(len(data)) {
 				t.Fatalf("%s: chunks cover %d of %d bytes", rel, off, len(data))
@@ -133,16 +134,16 @@ func TestScanKnown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var known []*agentv1.KnownFile
+	var known []agent.KnownFile
 	for _, e := range scanAll(t, c, ".", nil) {
-		known = append(known, &agentv1.KnownFile{Path: e.GetPath(), Size: e.GetSize(), MtimeUnixNano: e.GetMtimeUnixNano()})
+		known = append(known, agent.KnownFile{Path: e.Path, Size: e.Size, MTime: e.MTime})
 	}
-	known[2].MtimeUnixNano++ // grown, same, touched
+	known[2].MTime++ // grown, same, touched
 	known[0].Size--
 	for _, e := range scanAll(t, c, ".", known) {
-		unchanged := e.GetPath() == "same"
-		if e.GetUnchanged() != unchanged || (len(e.GetChunks()) == 0) != unchanged || e.GetSize() != int64(len(e.GetPath())*1000) {
-			t.Errorf("%s: unchanged %v, %d chunks, size %d", e.GetPath(), e.GetUnchanged(), len(e.GetChunks()), e.GetSize())
+		unchanged := e.Path == "same"
+		if e.Unchanged != unchanged || (len(e.Chunks) == 0) != unchanged || e.Size != int64(len(e.Path)*1000) {
+			t.Errorf("%s: unchanged %v, %d chunks, size %d", e.Path, e.Unchanged, len(e.Chunks), e.Size)
 		}
 	}
 }
@@ -153,7 +154,7 @@ func TestScanRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	nop := func(*agentv1.ScanEntry) error { return nil }
+	nop := func(agent.ScanEntry) error { return nil }
 	err := c.Scan(ctx, "missing", nil, cdc.Default(), nop)
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing dir: %v", err)
@@ -170,7 +171,7 @@ func TestScanRefusals(t *testing.T) {
 		t.Errorf("newline: %v", err)
 	}
 	stop := errors.New("stop")
-	if err := c.Scan(ctx, ".", nil, cdc.Default(), func(*agentv1.ScanEntry) error { return stop }); err != stop {
+	if err := c.Scan(ctx, ".", nil, cdc.Default(), func(agent.ScanEntry) error { return stop }); err != stop {
 		t.Errorf("fn's error: %v", err)
 	}
 }
@@ -210,29 +211,29 @@ func TestScanKnownStreamed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var known []*agentv1.KnownFile
+	var known []agent.KnownFile
 	for _, e := range scanAll(t, c, ".", nil) {
-		if e.GetKind() != agentv1.Kind_KIND_FILE {
+		if e.Kind != archive.File {
 			continue
 		}
-		k := &agentv1.KnownFile{Path: e.GetPath(), Size: e.GetSize(), MtimeUnixNano: e.GetMtimeUnixNano()}
+		k := agent.KnownFile{Path: e.Path, Size: e.Size, MTime: e.MTime}
 		if len(known)%3 == 0 {
-			k.MtimeUnixNano++ // changed since
+			k.MTime++ // changed since
 		}
 		// Gone since the host knew it: "d00/f00000-" sorts after
 		// "d00/f00000" and before "d00/f00007" in walk order.
-		known = append(known, k, &agentv1.KnownFile{Path: k.Path + "-", Size: 1})
+		known = append(known, k, agent.KnownFile{Path: k.Path + "-", Size: 1})
 	}
-	known = append(known, &agentv1.KnownFile{Path: "zz/after-the-walk", Size: 1})
+	known = append(known, agent.KnownFile{Path: "zz/after-the-walk", Size: 1})
 	unchanged := 0
 	for _, e := range scanAll(t, c, ".", known) {
-		if e.GetKind() != agentv1.Kind_KIND_FILE {
+		if e.Kind != archive.File {
 			continue
 		}
-		if e.GetUnchanged() == (len(e.GetChunks()) > 0) {
-			t.Fatalf("%s: unchanged %v with %d chunks", e.GetPath(), e.GetUnchanged(), len(e.GetChunks()))
+		if e.Unchanged == (len(e.Chunks) > 0) {
+			t.Fatalf("%s: unchanged %v with %d chunks", e.Path, e.Unchanged, len(e.Chunks))
 		}
-		if e.GetUnchanged() {
+		if e.Unchanged {
 			unchanged++
 		}
 	}
@@ -251,17 +252,17 @@ func TestScanKnownRefused(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	nop := func(*agentv1.ScanEntry) error { return nil }
+	nop := func(agent.ScanEntry) error { return nil }
 	// Byte order, not walk order.
-	unordered := knownSeq([]*agentv1.KnownFile{{Path: "a-b"}, {Path: "a/x"}})
+	unordered := knownSeq([]agent.KnownFile{{Path: "a-b"}, {Path: "a/x"}})
 	err := c.Scan(ctx, ".", unordered, cdc.Default(), nop)
 	if re := (*agent.RemoteError)(nil); !errors.As(err, &re) || re.Code != codes.InvalidArgument || !strings.Contains(err.Error(), `"a/x": out of walk order`) {
 		t.Errorf("known files out of order: %v", err)
 	}
 	broken := errors.New("spill lost")
-	failing := func(yield func(*agentv1.KnownFile, error) bool) {
-		if yield(&agentv1.KnownFile{Path: "a", Size: 1}, nil) {
-			yield(nil, broken)
+	failing := func(yield func(agent.KnownFile, error) bool) {
+		if yield(agent.KnownFile{Path: "a", Size: 1}, nil) {
+			yield(agent.KnownFile{}, broken)
 		}
 	}
 	if err := c.Scan(ctx, ".", failing, cdc.Default(), nop); !errors.Is(err, broken) {
@@ -284,11 +285,11 @@ func TestScanKnownList(t *testing.T) {
 	}
 	stamp := map[string]*agentv1.KnownFile{}
 	for _, e := range scanAll(t, c, ".", nil) {
-		stamp[e.GetPath()] = &agentv1.KnownFile{Path: e.GetPath(), Size: e.GetSize(), MtimeUnixNano: e.GetMtimeUnixNano()}
+		stamp[e.Path] = &agentv1.KnownFile{Path: e.Path, Size: e.Size, MtimeUnixNano: e.MTime}
 	}
 	stale := &agentv1.KnownFile{Path: "b", Size: 99}
 	known := []*agentv1.KnownFile{stamp["b"], stamp["a-b"], stale, stamp["a"], {Path: "a", Size: 99}, stamp["a"]}
-	stream, err := c.RPC().Scan(context.Background(), &agentv1.ScanRequest{Dir: ".", Known: known})
+	stream, err := agent.RawRPC(c).Scan(context.Background(), &agentv1.ScanRequest{Dir: ".", Known: known})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func TestStat(t *testing.T) {
 		}
 	}
 	// The agent refuses on its own, too.
-	if _, err := c.RPC().Stat(context.Background(), statReq("a\x00b")); err == nil {
+	if _, err := agent.RawRPC(c).Stat(context.Background(), statReq("a\x00b")); err == nil {
 		t.Error("agent took a path with NUL")
 	} else if code, reason, _ := statusReason(err); reason != "INVALID_PATH" {
 		t.Errorf("agent: %v %q, want INVALID_PATH", code, reason)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+	"github.com/ferry-dev/ferry/transfer/agent/server"
+	"github.com/ferry-dev/ferry/transfer/agent/supervisor"
 )
 
 // The agent re-executes its own binary to supervise a command; in these
@@ -19,7 +21,7 @@ import (
 // before any test runs.
 func init() {
 	if len(os.Args) >= 2 && os.Args[1] == "supervise" {
-		os.Exit(agent.SuperviseMain(os.Args[2:]))
+		os.Exit(supervisor.Main(os.Args[2:]))
 	}
 }
 
@@ -137,7 +139,7 @@ func TestSpawnSignal(t *testing.T) {
 // connection cut breaks, as a dropped relay does.
 func agenttestCuttable(t *testing.T, ws string) (*agent.Client, func()) {
 	t.Helper()
-	c, cut := agenttest.Cuttable(t, agent.ServerConfig{Workspace: ws})
+	c, cut := agenttest.Cuttable(t, server.Config{Workspace: ws})
 	if _, err := c.Probe(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +149,7 @@ func agenttestCuttable(t *testing.T, ws string) (*agent.Client, func()) {
 // inProcessAt is inProcess on an existing workspace.
 func inProcessAt(t *testing.T, ws string) (*agent.Client, string) {
 	t.Helper()
-	c := agenttest.InProcess(t, agent.ServerConfig{Workspace: ws})
+	c := agenttest.InProcess(t, server.Config{Workspace: ws})
 	if _, err := c.Probe(context.Background()); err != nil {
 		t.Fatal(err)
 	}

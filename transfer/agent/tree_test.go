@@ -17,6 +17,7 @@ import (
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+	"github.com/ferry-dev/ferry/transfer/agent/server"
 	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
@@ -25,7 +26,7 @@ import (
 func inProcess(t *testing.T) (*agent.Client, string) {
 	t.Helper()
 	ws := t.TempDir()
-	c := agenttest.InProcess(t, agent.ServerConfig{Workspace: ws})
+	c := agenttest.InProcess(t, server.Config{Workspace: ws})
 	// Connect now: a client that never made a call cannot be closed
 	// (agenttest.InProcess waits for a server blocked on its first write).
 	if _, err := c.Probe(context.Background()); err != nil {

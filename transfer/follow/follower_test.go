@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+	"github.com/ferry-dev/ferry/transfer/agent/server"
 	"github.com/ferry-dev/ferry/transfer/follow"
 )
 
@@ -43,7 +44,7 @@ func newSandbox(t *testing.T) *sandbox {
 
 // dial must run on the test's goroutine (agenttest may call t.Fatal).
 func (s *sandbox) dial(context.Context) (*agent.Client, error) {
-	c, cut := agenttest.Cuttable(s.t, agent.ServerConfig{Workspace: s.ws})
+	c, cut := agenttest.Cuttable(s.t, server.Config{Workspace: s.ws})
 	s.mu.Lock()
 	s.cut = cut
 	s.dials++

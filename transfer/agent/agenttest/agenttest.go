@@ -7,11 +7,12 @@ import (
 	"testing"
 
 	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/agent/server"
 )
 
 // InProcess serves cfg on a pair of pipes and returns a client connected to
 // it; both end when the test does.
-func InProcess(t testing.TB, cfg agent.ServerConfig) *agent.Client {
+func InProcess(t testing.TB, cfg server.Config) *agent.Client {
 	t.Helper()
 	c, _ := Cuttable(t, cfg)
 	return c

@@ -9,6 +9,7 @@ import (
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
 )
 
 // Fake serves impl, a stand-in for the agent (usually a hostile one), over
@@ -21,15 +22,15 @@ func Fake(t testing.TB, impl agentv1.AgentServer) *agent.Client {
 	agentv1.RegisterAgentServer(gs, impl)
 	served := make(chan error, 1)
 	go func() {
-		if err := agent.WriteHello(agentEnd, agent.Hello{Version: agent.ProtocolVersion}); err != nil {
+		if err := wire.WriteHello(agentEnd, wire.Hello{Version: wire.ProtocolVersion}); err != nil {
 			served <- err
 			return
 		}
-		if _, err := agent.ReadHello(agentEnd, 0); err != nil {
+		if _, err := wire.ReadHello(agentEnd, 0); err != nil {
 			served <- err
 			return
 		}
-		served <- gs.Serve(agent.ConnListener(agentEnd))
+		served <- gs.Serve(wire.ConnListener(agentEnd))
 	}()
 	var once sync.Once
 	closeFn := func() error {

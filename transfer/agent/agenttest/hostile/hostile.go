@@ -125,7 +125,7 @@ func (s Scenario) ClaimedDigest() ([32]byte, error) {
 	return d, nil
 }
 
-// Wrap returns the agent.ServerConfig.Wrap that answers as s says.
+// Wrap returns the server.Config.Wrap that answers as s says.
 func (s Scenario) Wrap() func(agentv1.AgentServer) agentv1.AgentServer {
 	return func(real agentv1.AgentServer) agentv1.AgentServer { return &server{AgentServer: real, s: s} }
 }

@@ -11,13 +11,14 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest/hostile"
+	"github.com/ferry-dev/ferry/transfer/agent/server"
+	"github.com/ferry-dev/ferry/transfer/agent/supervisor"
 )
 
 func main() {
 	if len(os.Args) >= 2 && os.Args[1] == "supervise" {
-		os.Exit(agent.SuperviseMain(os.Args[2:]))
+		os.Exit(supervisor.Main(os.Args[2:]))
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -42,7 +43,7 @@ func main() {
 	if syscall.SetNonblock(0, true) == nil {
 		stdin = os.NewFile(0, "stdin")
 	}
-	if err := agent.Serve(ctx, stdin, os.Stdout, agent.ServerConfig{Version: "hostile", Digest: digest, Wrap: s.Wrap()}); err != nil && ctx.Err() == nil {
+	if err := server.Serve(ctx, stdin, os.Stdout, server.Config{Version: "hostile", Digest: digest, Wrap: s.Wrap()}); err != nil && ctx.Err() == nil {
 		fail(err)
 	}
 }

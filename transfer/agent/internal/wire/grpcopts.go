@@ -1,4 +1,4 @@
-package agent
+package wire
 
 import (
 	"math"
@@ -35,7 +35,7 @@ const (
 	frameBlock = 1 << 20
 )
 
-func serverOptions() []grpc.ServerOption {
+func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
@@ -44,27 +44,27 @@ func serverOptions() []grpc.ServerOption {
 		grpc.ReadBufferSize(ioBuffer),
 		grpc.WriteBufferSize(ioBuffer),
 		grpc.MaxConcurrentStreams(math.MaxUint32),
-		experimental.BufferPool(buffers),
+		experimental.BufferPool(Buffers),
 		grpc.ForceServerCodecV2(codec{}),
 	}
 }
 
-func dialOptions() []grpc.DialOption {
+func DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithInitialWindowSize(streamWindow),
 		grpc.WithInitialConnWindowSize(connWindow),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage), grpc.ForceCodecV2(codec{})),
 		grpc.WithReadBufferSize(ioBuffer),
 		grpc.WithWriteBufferSize(ioBuffer),
-		experimental.WithBufferPool(buffers),
+		experimental.WithBufferPool(Buffers),
 	}
 }
 
-// buffers is the gRPC buffer pool of both ends, and of their codec (see
+// Buffers is the gRPC buffer pool of both ends, and of their codec (see
 // codec): grpcbuf's, which does not zero what it hands out. gRPC's
 // default pool clears every buffer and rounds a 256 KiB message up to a
 // 1 MiB one: a tenth of the agent's CPU.
-var buffers mem.BufferPool = &grpcbuf.Pool{}
+var Buffers mem.BufferPool = &grpcbuf.Pool{}
 
 // wireCost is what Auto compression (frame.WriterOptions.WireCost) counts
 // a MiB on the exec channel to cost at least. Every byte crosses the
@@ -76,3 +76,7 @@ var buffers mem.BufferPool = &grpcbuf.Pool{}
 // zstd (3 to 4 ns a byte, for a little more saving) still needs a slow
 // link.
 const wireCost = 5 * time.Millisecond
+
+// StopWait bounds how long Serve waits, once its connection has ended,
+// for the calls in flight to return.
+const StopWait = 5 * time.Second

@@ -1,4 +1,4 @@
-package agent_test
+package wire_test
 
 import (
 	"bytes"
@@ -7,19 +7,19 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
 )
 
 // hello is the hello most tests send.
-var hello = agent.Hello{Version: agent.ProtocolVersion, Digest: [32]byte{
+var hello = wire.Hello{Version: wire.ProtocolVersion, Digest: [32]byte{
 	0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
 	13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28}}
 
-// wire is h as WriteHello writes it.
-func wire(t testing.TB, h agent.Hello) []byte {
+// encoded is h as WriteHello writes it.
+func encoded(t testing.TB, h wire.Hello) []byte {
 	t.Helper()
 	var b bytes.Buffer
-	if err := agent.WriteHello(&b, h); err != nil {
+	if err := wire.WriteHello(&b, h); err != nil {
 		t.Fatal(err)
 	}
 	return b.Bytes()
@@ -63,7 +63,7 @@ func (c *countReader) Read(p []byte) (int, error) {
 
 // outcome is what ReadHello should do with a stream.
 type outcome struct {
-	hello      agent.Hello
+	hello      wire.Hello
 	consumed   int  // exact bytes taken on success and on EOF
 	noMagic    bool // *NoMagicError
 	eof        bool // ... because the stream ended
@@ -75,13 +75,13 @@ type outcome struct {
 // model is ReadHello's contract written the slow way: the first Magic in
 // data, if it begins within maxSkip, starts the hello.
 func model(data []byte, maxSkip int) outcome {
-	i := bytes.Index(data, []byte(agent.Magic))
+	i := bytes.Index(data, []byte(wire.Magic))
 	if i < 0 || i > maxSkip {
 		// The stream ends before ReadHello can know that no magic begins
 		// within maxSkip when its end is a partial magic that does.
 		partial := 0
-		for k := len(agent.Magic) - 1; k > 0; k-- {
-			if bytes.HasSuffix(data, []byte(agent.Magic[:k])) {
+		for k := len(wire.Magic) - 1; k > 0; k-- {
+			if bytes.HasSuffix(data, []byte(wire.Magic[:k])) {
 				partial = k
 				break
 			}
@@ -91,18 +91,18 @@ func model(data []byte, maxSkip int) outcome {
 		}
 		return outcome{noMagic: true}
 	}
-	body := data[i+len(agent.Magic):]
+	body := data[i+len(wire.Magic):]
 	if len(body) < 2 {
 		return outcome{truncated: true}
 	}
 	v := uint16(body[0])<<8 | uint16(body[1])
-	if v != agent.ProtocolVersion {
+	if v != wire.ProtocolVersion {
 		return outcome{badVersion: true, version: v}
 	}
-	if len(body) < agent.HelloLen-len(agent.Magic) {
+	if len(body) < wire.HelloLen-len(wire.Magic) {
 		return outcome{truncated: true}
 	}
-	o := outcome{hello: agent.Hello{Version: v}, consumed: i + agent.HelloLen}
+	o := outcome{hello: wire.Hello{Version: v}, consumed: i + wire.HelloLen}
 	copy(o.hello.Digest[:], body[2:])
 	return o
 }
@@ -113,28 +113,28 @@ func model(data []byte, maxSkip int) outcome {
 func check(t *testing.T, data []byte, maxSkip int, seed uint64) {
 	t.Helper()
 	r := newSplitReader(data, seed)
-	h, err := agent.ReadHello(r, maxSkip)
+	h, err := wire.ReadHello(r, maxSkip)
 	maxSkip = max(maxSkip, 0) // as ReadHello takes it
 	want := model(data, maxSkip)
-	if r.off > maxSkip+agent.HelloLen {
-		t.Fatalf("read %d bytes, bound is %d", r.off, maxSkip+agent.HelloLen)
+	if r.off > maxSkip+wire.HelloLen {
+		t.Fatalf("read %d bytes, bound is %d", r.off, maxSkip+wire.HelloLen)
 	}
-	var nm *agent.NoMagicError
-	var ve *agent.VersionError
+	var nm *wire.NoMagicError
+	var ve *wire.VersionError
 	switch {
 	case want.noMagic:
-		if !errors.As(err, &nm) || !errors.Is(err, agent.ErrNoMagic) || nm.EOF != want.eof {
+		if !errors.As(err, &nm) || !errors.Is(err, wire.ErrNoMagic) || nm.EOF != want.eof {
 			t.Fatalf("got %v, want no magic (eof %v)", err, want.eof)
 		}
-		if nm.Skipped != r.off || (want.eof && r.off != want.consumed) || (!want.eof && r.off > maxSkip+len(agent.Magic)) {
+		if nm.Skipped != r.off || (want.eof && r.off != want.consumed) || (!want.eof && r.off > maxSkip+len(wire.Magic)) {
 			t.Fatalf("Skipped %d, read %d of %q (maxSkip %d, want %+v)", nm.Skipped, r.off, data, maxSkip, want)
 		}
 	case want.truncated:
-		if !errors.Is(err, agent.ErrHelloTruncated) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		if !errors.Is(err, wire.ErrHelloTruncated) || !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Fatalf("got %v, want truncated", err)
 		}
 	case want.badVersion:
-		if !errors.As(err, &ve) || ve.Got != want.version || ve.Want != agent.ProtocolVersion || h.Version != want.version {
+		if !errors.As(err, &ve) || ve.Got != want.version || ve.Want != wire.ProtocolVersion || h.Version != want.version {
 			t.Fatalf("got %v %v, want version %d", h, err, want.version)
 		}
 	default:

@@ -1,4 +1,4 @@
-package agent_test
+package wire_test
 
 import (
 	"bytes"
@@ -12,16 +12,16 @@ import (
 	"testing/iotest"
 	"time"
 
-	"github.com/ferry-dev/ferry/transfer/agent"
+	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
 )
 
 // TestWire pins the hello's bytes: the magic, the version big-endian and the
 // digest, 42 bytes. A change here is a protocol change.
 func TestWire(t *testing.T) {
-	got := hex.EncodeToString(wire(t, agent.Hello{Version: 0x0102, Digest: hello.Digest}))
+	got := hex.EncodeToString(encoded(t, wire.Hello{Version: 0x0102, Digest: hello.Digest}))
 	want := "ff46455252590d0a" + "0102" + "deadbeef0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c"
-	if got != want || agent.HelloLen != 42 {
-		t.Fatalf("wire %s\nwant %s (HelloLen %d)", got, want, agent.HelloLen)
+	if got != want || wire.HelloLen != 42 {
+		t.Fatalf("wire %s\nwant %s (HelloLen %d)", got, want, wire.HelloLen)
 	}
 	if s := hello.String(); s != "agent protocol 1, sha256:deadbeef0102" {
 		t.Errorf("String %q", s)
@@ -33,12 +33,12 @@ type shortWriter struct{}
 func (shortWriter) Write(p []byte) (int, error) { return len(p) - 1, nil }
 
 func TestWriteHelloError(t *testing.T) {
-	if err := agent.WriteHello(shortWriter{}, hello); !errors.Is(err, io.ErrShortWrite) {
+	if err := wire.WriteHello(shortWriter{}, hello); !errors.Is(err, io.ErrShortWrite) {
 		t.Errorf("short write: %v", err)
 	}
 	pr, pw := io.Pipe()
 	pr.CloseWithError(errBroken)
-	if err := agent.WriteHello(pw, hello); !errors.Is(err, errBroken) {
+	if err := wire.WriteHello(pw, hello); !errors.Is(err, errBroken) {
 		t.Errorf("broken pipe: %v", err)
 	}
 }
@@ -57,7 +57,7 @@ func TestReadHello(t *testing.T) {
 		maxSkip int
 	}{
 		{"no banner", "", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 0},
-		{"no payload", "motd\n", "", agent.DefaultMaxSkip},
+		{"no payload", "motd\n", "", wire.DefaultMaxSkip},
 		{"login banner", "Welcome to Ubuntu 24.04 LTS (GNU/Linux)\r\n\n * Documentation:  https://help.ubuntu.com\n\x1b[0m", "grpc", 1024},
 		{"long banner", long, "grpc", len(long)},
 		{"banner exactly maxSkip", "0123456789", "x", 10},
@@ -74,11 +74,11 @@ func TestReadHello(t *testing.T) {
 		"data+EOF": iotest.DataErrReader,
 	}
 	for _, tt := range tests {
-		data := cat([]byte(tt.banner), wire(t, hello), []byte(tt.payload))
+		data := cat([]byte(tt.banner), encoded(t, hello), []byte(tt.payload))
 		for rname, wrap := range readers {
 			t.Run(tt.name+"/"+rname, func(t *testing.T) {
 				r := wrap(bytes.NewReader(data))
-				h, err := agent.ReadHello(r, tt.maxSkip)
+				h, err := wire.ReadHello(r, tt.maxSkip)
 				if err != nil || h != hello {
 					t.Fatalf("ReadHello: %v, %v", h, err)
 				}
@@ -91,7 +91,7 @@ func TestReadHello(t *testing.T) {
 		t.Run(tt.name+"/random splits", func(t *testing.T) {
 			for seed := range uint64(200) {
 				r := newSplitReader(data, seed)
-				h, err := agent.ReadHello(r, tt.maxSkip)
+				h, err := wire.ReadHello(r, tt.maxSkip)
 				if err != nil || h != hello || string(data[r.off:]) != tt.payload {
 					t.Fatalf("seed %d: %v, %v, rest %q", seed, h, err, data[r.off:])
 				}
@@ -119,22 +119,22 @@ func TestNoMagic(t *testing.T) {
 		{"maxSkip 0", "x\xffFERRY\r\n", 0, false, -1, []string{`none in the first 8 bytes of output: "x\xffFERRY\r"`}},
 		{"negative maxSkip", "x\xffFERRY\r\n", -5, false, -1, nil},
 		{"cut inside the magic", "banner\xffFERRY\r", 100, true, 13, []string{`"banner\xffFERRY\r"`}},
-		{"pty output (ONLCR)", strings.ReplaceAll("motd\n"+string(wire(t, hello)), "\n", "\r\n"), 1000, true, -1, []string{`\r\r\n`}},
-		{"pty input (ICRNL)", strings.ReplaceAll(string(wire(t, hello)), "\r", "\n"), 1000, true, -1, []string{`FERRY\n\n`}},
+		{"pty output (ONLCR)", strings.ReplaceAll("motd\n"+string(encoded(t, hello)), "\n", "\r\n"), 1000, true, -1, []string{`\r\r\n`}},
+		{"pty input (ICRNL)", strings.ReplaceAll(string(encoded(t, hello)), "\r", "\n"), 1000, true, -1, []string{`FERRY\n\n`}},
 		{"endless banner", strings.Repeat("y\n", 1<<20), 4096, false, -1, []string{`"y\ny\n`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &countReader{r: strings.NewReader(tt.data)}
-			_, err := agent.ReadHello(r, tt.maxSkip)
-			var nm *agent.NoMagicError
-			if !errors.Is(err, agent.ErrNoMagic) || !errors.As(err, &nm) {
+			_, err := wire.ReadHello(r, tt.maxSkip)
+			var nm *wire.NoMagicError
+			if !errors.Is(err, wire.ErrNoMagic) || !errors.As(err, &nm) {
 				t.Fatalf("got %v, want ErrNoMagic", err)
 			}
 			if nm.EOF != tt.eof || nm.Skipped != r.n {
 				t.Errorf("EOF %v Skipped %d after reading %d, want EOF %v", nm.EOF, nm.Skipped, r.n, tt.eof)
 			}
-			if tt.skipped >= 0 && nm.Skipped != tt.skipped || nm.Skipped > max(tt.maxSkip, 0)+len(agent.Magic) {
+			if tt.skipped >= 0 && nm.Skipped != tt.skipped || nm.Skipped > max(tt.maxSkip, 0)+len(wire.Magic) {
 				t.Errorf("Skipped %d, want %d", nm.Skipped, tt.skipped)
 			}
 			msg := err.Error()
@@ -154,8 +154,8 @@ func TestNoMagic(t *testing.T) {
 // its end, where a shell says why the agent did not start, escaped.
 func TestNoMagicTail(t *testing.T) {
 	data := "\x1b[1mWelcome\x1b[0m\n" + strings.Repeat("-", 5000) + "\nsh: 1: exec: /tmp/ferry-agent: Permission denied\n"
-	_, err := agent.ReadHello(strings.NewReader(data), agent.DefaultMaxSkip)
-	var nm *agent.NoMagicError
+	_, err := wire.ReadHello(strings.NewReader(data), wire.DefaultMaxSkip)
+	var nm *wire.NoMagicError
 	if !errors.As(err, &nm) {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestNoMagicTail(t *testing.T) {
 	}
 	// A tail that overlaps the head shows only what the head does not.
 	data = strings.Repeat("a", 64) + "bcd"
-	_, err = agent.ReadHello(strings.NewReader(data), 1000)
+	_, err = wire.ReadHello(strings.NewReader(data), 1000)
 	if !errors.As(err, &nm) || string(nm.Tail) != "bcd" {
 		t.Errorf("Tail %q: %v", nm.Tail, err)
 	}
@@ -178,10 +178,10 @@ func TestNoMagicTail(t *testing.T) {
 
 // TestTruncated cuts the hello at every byte after the magic.
 func TestTruncated(t *testing.T) {
-	data := cat([]byte("banner"), wire(t, hello))
-	for cut := 6 + len(agent.Magic); cut < len(data); cut++ {
-		_, err := agent.ReadHello(iotest.OneByteReader(bytes.NewReader(data[:cut])), 100)
-		if !errors.Is(err, agent.ErrHelloTruncated) || !errors.Is(err, io.ErrUnexpectedEOF) {
+	data := cat([]byte("banner"), encoded(t, hello))
+	for cut := 6 + len(wire.Magic); cut < len(data); cut++ {
+		_, err := wire.ReadHello(iotest.OneByteReader(bytes.NewReader(data[:cut])), 100)
+		if !errors.Is(err, wire.ErrHelloTruncated) || !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Errorf("cut at %d: %v", cut, err)
 		}
 	}
@@ -195,12 +195,12 @@ func TestVersion(t *testing.T) {
 		pr, pw := io.Pipe()
 		go func() {
 			pw.Write([]byte("banner\n"))
-			pw.Write(wire(t, agent.Hello{Version: v})[:len(agent.Magic)+2])
+			pw.Write(encoded(t, wire.Hello{Version: v})[:len(wire.Magic)+2])
 		}()
 		h, err := readHelloTimeout(t, pr, 100)
 		pr.Close()
-		var ve *agent.VersionError
-		if !errors.As(err, &ve) || ve.Got != v || ve.Want != agent.ProtocolVersion || h.Version != v {
+		var ve *wire.VersionError
+		if !errors.As(err, &ve) || ve.Got != v || ve.Want != wire.ProtocolVersion || h.Version != v {
 			t.Errorf("version %d: %v, %v", v, h, err)
 		}
 		if err != nil && err.Error() != "agent: protocol version "+strconv.Itoa(int(v))+", want 1" {
@@ -213,7 +213,7 @@ func TestVersion(t *testing.T) {
 // ReadHello returns (it asks for no byte after the hello), and what the
 // peer writes next is there to read, byte for byte.
 func TestNoReadPastHello(t *testing.T) {
-	data := cat([]byte("\xffFERR\xffbanner\n"), wire(t, hello))
+	data := cat([]byte("\xffFERR\xffbanner\n"), encoded(t, hello))
 	for seed := range uint64(50) {
 		pr, pw := io.Pipe()
 		done := make(chan struct{})
@@ -243,15 +243,15 @@ func TestNoReadPastHello(t *testing.T) {
 	}
 }
 
-func readHelloTimeout(t *testing.T, r io.Reader, maxSkip int) (agent.Hello, error) {
+func readHelloTimeout(t *testing.T, r io.Reader, maxSkip int) (wire.Hello, error) {
 	t.Helper()
 	type result struct {
-		h   agent.Hello
+		h   wire.Hello
 		err error
 	}
 	c := make(chan result, 1)
 	go func() {
-		h, err := agent.ReadHello(r, maxSkip)
+		h, err := wire.ReadHello(r, maxSkip)
 		c <- result{h, err}
 	}()
 	select {
@@ -259,28 +259,28 @@ func readHelloTimeout(t *testing.T, r io.Reader, maxSkip int) (agent.Hello, erro
 		return res.h, res.err
 	case <-time.After(10 * time.Second):
 		t.Fatal("ReadHello hangs")
-		return agent.Hello{}, nil
+		return wire.Hello{}, nil
 	}
 }
 
 // TestReaderErrors: the reader's own errors come back wrapped, before and
 // after the magic, and a reader that makes no progress ends the read.
 func TestReaderErrors(t *testing.T) {
-	_, err := agent.ReadHello(iotest.ErrReader(errBroken), 100)
-	if !errors.Is(err, errBroken) || errors.Is(err, agent.ErrNoMagic) {
+	_, err := wire.ReadHello(iotest.ErrReader(errBroken), 100)
+	if !errors.Is(err, errBroken) || errors.Is(err, wire.ErrNoMagic) {
 		t.Errorf("before the magic: %v", err)
 	}
-	r := io.MultiReader(bytes.NewReader(wire(t, hello)[:20]), iotest.ErrReader(errBroken))
-	_, err = agent.ReadHello(r, 100)
-	if !errors.Is(err, errBroken) || errors.Is(err, agent.ErrHelloTruncated) {
+	r := io.MultiReader(bytes.NewReader(encoded(t, hello)[:20]), iotest.ErrReader(errBroken))
+	_, err = wire.ReadHello(r, 100)
+	if !errors.Is(err, errBroken) || errors.Is(err, wire.ErrHelloTruncated) {
 		t.Errorf("after the magic: %v", err)
 	}
-	_, err = agent.ReadHello(stuckReader{}, 100)
+	_, err = wire.ReadHello(stuckReader{}, 100)
 	if !errors.Is(err, io.ErrNoProgress) {
 		t.Errorf("stuck reader: %v", err)
 	}
-	r = io.MultiReader(bytes.NewReader(wire(t, hello)[:9]), stuckReader{})
-	_, err = agent.ReadHello(r, 100)
+	r = io.MultiReader(bytes.NewReader(encoded(t, hello)[:9]), stuckReader{})
+	_, err = wire.ReadHello(r, 100)
 	if !errors.Is(err, io.ErrNoProgress) {
 		t.Errorf("stuck reader after the magic: %v", err)
 	}
@@ -294,7 +294,7 @@ func (stuckReader) Read([]byte) (int, error) { return 0, nil }
 // built from the magic's own bytes, so that partial magics, magics in the
 // banner and hellos cut anywhere are common.
 func TestAgainstIndex(t *testing.T) {
-	alphabet := []byte(agent.Magic + "x\x00\x01")
+	alphabet := []byte(wire.Magic + "x\x00\x01")
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 20000 {
 		n := rng.IntN(120)
@@ -303,7 +303,7 @@ func TestAgainstIndex(t *testing.T) {
 			data[j] = alphabet[rng.IntN(len(alphabet))]
 		}
 		if rng.IntN(2) == 0 {
-			data = cat(data, wire(t, hello)[:rng.IntN(agent.HelloLen+1)], []byte("payload"))
+			data = cat(data, encoded(t, hello)[:rng.IntN(wire.HelloLen+1)], []byte("payload"))
 		}
 		check(t, data, rng.IntN(130)-5, uint64(i))
 	}

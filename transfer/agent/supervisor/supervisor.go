@@ -1,4 +1,4 @@
-package agent
+package supervisor
 
 import (
 	"encoding/json"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
 )
 
 // The files of a state directory. The supervisor holds lockFile locked for
@@ -28,15 +30,6 @@ const (
 	stopFile     = "stop"
 	outputFile   = "output"
 	superviseLog = "supervisor.log"
-)
-
-// Exit codes the supervisor reports for its command.
-const (
-	// ExitTimeout is a command ended by its timeout, as timeout(1) says.
-	ExitTimeout = 124
-	// ExitCannotRun is a command that could not be started, as a shell
-	// says for a program it cannot find.
-	ExitCannotRun = 127
 )
 
 // defaultKillGrace is what a timed-out command gets between SIGTERM and
@@ -74,7 +67,7 @@ type exitRecord struct {
 	Error    string `json:"error,omitempty"`
 }
 
-// SuperviseMain is the `supervise` subcommand of the agent binary, args
+// Main is the `supervise` subcommand of the agent binary, args
 // being what follows it: `supervise DIR` detaches (a new session, so that
 // the end of the exec that started the agent, and the process group kill
 // that comes with it, do not reach it) and re-executes the binary as
@@ -84,7 +77,7 @@ type exitRecord struct {
 // descriptor 3, when open, is the readiness pipe: the supervisor writes
 // "ok" to it once the command runs (or has been recorded as not started),
 // and anything else is why it failed. It returns the process's exit code.
-func SuperviseMain(args []string) int {
+func Main(args []string) int {
 	ready := os.NewFile(3, "ready")
 	// Not to be inherited by the command: only this process reports.
 	syscall.CloseOnExec(3)
@@ -185,23 +178,23 @@ func supervise(dir string, ready *os.File) int {
 		return 0
 	}
 	if err := os.MkdirAll(filepath.Dir(spec.Log), 0o755); err != nil {
-		return fail(ExitCannotRun, fmt.Errorf("create log dir: %w", err))
+		return fail(wire.ExitCannotRun, fmt.Errorf("create log dir: %w", err))
 	}
 	out, err := os.OpenFile(spec.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
-		return fail(ExitCannotRun, fmt.Errorf("open log: %w", err))
+		return fail(wire.ExitCannotRun, fmt.Errorf("open log: %w", err))
 	}
 	defer out.Close()
 	null, err := os.Open(os.DevNull)
 	if err != nil {
-		return fail(ExitCannotRun, err)
+		return fail(wire.ExitCannotRun, err)
 	}
 	defer null.Close()
 	env := commandEnv(os.Environ(), spec.Env)
 	prog, err := lookPath(spec.Argv[0], spec.Workdir, env)
 	if err != nil {
 		fmt.Fprintf(out, "ferry-agent: %s: %v\n", spec.Argv[0], err)
-		return fail(ExitCannotRun, fmt.Errorf("%s: %w", spec.Argv[0], err))
+		return fail(wire.ExitCannotRun, fmt.Errorf("%s: %w", spec.Argv[0], err))
 	}
 	p, err := os.StartProcess(prog, spec.Argv, &os.ProcAttr{
 		Dir:   spec.Workdir,
@@ -213,7 +206,7 @@ func supervise(dir string, ready *os.File) int {
 	})
 	if err != nil {
 		fmt.Fprintf(out, "ferry-agent: %s: %v\n", spec.Argv[0], err)
-		return fail(ExitCannotRun, fmt.Errorf("start %s: %w", spec.Argv[0], err))
+		return fail(wire.ExitCannotRun, fmt.Errorf("start %s: %w", spec.Argv[0], err))
 	}
 	pid := p.Pid
 	sid, _ := unix.Getsid(0)
@@ -277,7 +270,7 @@ wait:
 	ps, _ := p.Wait()
 	rec := exitRecord{ExitCode: exitCodeOf(ps), TimedOut: timedOut, EndedMS: nowMS()}
 	if timedOut {
-		rec.ExitCode = ExitTimeout
+		rec.ExitCode = wire.ExitTimeout
 	}
 	out.Sync()
 	if err := writeJSON(dir, exitFile, rec); err != nil {

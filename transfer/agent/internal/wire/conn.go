@@ -1,4 +1,4 @@
-package agent
+package wire
 
 import (
 	"errors"
@@ -8,11 +8,11 @@ import (
 	"time"
 )
 
-// streamConn is a net.Conn over a reader and a writer: the agent's stdin
+// StreamConn is a net.Conn over a reader and a writer: the agent's stdin
 // and stdout, or the host's ends of an exec stream. gRPC needs a net.Conn;
 // deadlines are not supported (gRPC's HTTP/2 transport does not need them
 // on an established connection; cancellation closes the exec instead).
-type streamConn struct {
+type StreamConn struct {
 	r         io.Reader
 	w         io.Writer
 	closeOnce sync.Once
@@ -20,17 +20,17 @@ type streamConn struct {
 	closeErr  error
 }
 
-func newStreamConn(r io.Reader, w io.Writer, close func() error) *streamConn {
-	return &streamConn{r: r, w: w, close: close}
+func NewStreamConn(r io.Reader, w io.Writer, close func() error) *StreamConn {
+	return &StreamConn{r: r, w: w, close: close}
 }
 
-func (c *streamConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
-func (c *streamConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+func (c *StreamConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c *StreamConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 
 // Close runs the close function once; every call returns its result.
 // gRPC closes the connection when the client or server shuts down and
 // waits for its reader to return, so the function must end both streams.
-func (c *streamConn) Close() error {
+func (c *StreamConn) Close() error {
 	c.closeOnce.Do(func() {
 		if c.close != nil {
 			c.closeErr = c.close()
@@ -39,11 +39,11 @@ func (c *streamConn) Close() error {
 	return c.closeErr
 }
 
-func (c *streamConn) LocalAddr() net.Addr              { return stdioAddr{} }
-func (c *streamConn) RemoteAddr() net.Addr             { return stdioAddr{} }
-func (c *streamConn) SetDeadline(time.Time) error      { return nil }
-func (c *streamConn) SetReadDeadline(time.Time) error  { return nil }
-func (c *streamConn) SetWriteDeadline(time.Time) error { return nil }
+func (c *StreamConn) LocalAddr() net.Addr              { return stdioAddr{} }
+func (c *StreamConn) RemoteAddr() net.Addr             { return stdioAddr{} }
+func (c *StreamConn) SetDeadline(time.Time) error      { return nil }
+func (c *StreamConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *StreamConn) SetWriteDeadline(time.Time) error { return nil }
 
 type stdioAddr struct{}
 

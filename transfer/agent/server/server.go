@@ -1,4 +1,4 @@
-package agent
+package server
 
 import (
 	"context"
@@ -12,10 +12,12 @@ import (
 	"google.golang.org/grpc"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
+	"github.com/ferry-dev/ferry/transfer/agent/supervisor"
 )
 
-// ServerConfig is what the agent needs to serve.
-type ServerConfig struct {
+// Config is what the agent needs to serve.
+type Config struct {
 	// Workspace is the directory relative paths start from; empty means
 	// the process's working directory.
 	Workspace string
@@ -35,15 +37,11 @@ type ServerConfig struct {
 	Wrap func(agentv1.AgentServer) agentv1.AgentServer
 }
 
-// stopWait bounds how long Serve waits, once its connection has ended,
-// for the calls in flight to return.
-const stopWait = 5 * time.Second
-
 // server implements ferry.agent.v1.Agent. Its methods live in one file per
 // operation.
 type server struct {
 	agentv1.UnimplementedAgentServer
-	cfg ServerConfig
+	cfg Config
 	log *slog.Logger
 }
 
@@ -51,33 +49,33 @@ type server struct {
 // reads and checks the host's from r, then serves gRPC on r and w until the
 // host closes the stream or ctx ends. A host of another protocol version
 // gets the agent's hello (so it learns the version) and then an error.
-func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg ServerConfig) error {
+func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg Config) error {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := WriteHello(w, Hello{Version: ProtocolVersion, Digest: cfg.Digest}); err != nil {
+	if err := wire.WriteHello(w, wire.Hello{Version: wire.ProtocolVersion, Digest: cfg.Digest}); err != nil {
 		return err
 	}
 	// The host's stdin carries nothing before its hello.
-	if _, err := ReadHello(r, 0); err != nil {
+	if _, err := wire.ReadHello(r, 0); err != nil {
 		return fmt.Errorf("read host hello: %w", err)
 	}
 	ended := make(chan struct{})
 	var once sync.Once
-	conn := newStreamConn(r, w, func() error {
+	conn := wire.NewStreamConn(r, w, func() error {
 		once.Do(func() { close(ended) })
 		return nil
 	})
-	lis := ConnListener(conn)
-	gs := grpc.NewServer(serverOptions()...)
+	lis := wire.ConnListener(conn)
+	gs := grpc.NewServer(wire.ServerOptions()...)
 	srv := &server{cfg: cfg, log: log}
 	var impl agentv1.AgentServer = srv
 	if cfg.Wrap != nil {
 		impl = cfg.Wrap(srv)
 	}
 	agentv1.RegisterAgentServer(gs, impl)
-	agentv1.RegisterSupervisorServer(gs, &supervisorServer{s: srv})
+	supervisor.Register(gs, paths{srv})
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
 	select {
@@ -91,13 +89,13 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg ServerConfig) erro
 	// Let the calls in flight finish their cleanup (a failed Put or
 	// Restore removes its staging directory) before the process may
 	// exit; the transport is gone, so they are ending. A handler that
-	// does not end within stopWait is stopped.
+	// does not end within wire.StopWait is stopped.
 	stopped := make(chan struct{})
 	go func() {
 		gs.GracefulStop()
 		close(stopped)
 	}()
-	t := time.NewTimer(stopWait)
+	t := time.NewTimer(wire.StopWait)
 	select {
 	case <-stopped:
 	case <-t.C:
@@ -111,3 +109,13 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg ServerConfig) erro
 	}
 	return ctx.Err()
 }
+
+// paths is the server's resolution of request paths, for the supervisor.
+type paths struct{ s *server }
+
+func (p paths) Abs(path string) string     { return p.s.abs(path) }
+func (p paths) Workspace() (string, error) { return p.s.workspace() }
+
+// ProtocolVersion is the version of the protocol Serve speaks, for the
+// agent's `version` subcommand.
+const ProtocolVersion = wire.ProtocolVersion

@@ -1,4 +1,4 @@
-package agent
+package wire
 
 import (
 	"fmt"
@@ -13,21 +13,22 @@ import (
 	"github.com/ferry-dev/ferry/relay/grpcbuf"
 )
 
-// codec is gRPC's protobuf codec with the buffers pool in place of the
-// default one, whose buffers are zeroed on every Get (see buffers), and a
+// codec is gRPC's protobuf codec with the Buffers pool in place of the
+// default one, whose buffers are zeroed on every Get (see Buffers), and a
 // receive path for data messages that copies their bytes once (see
 // Unmarshal). Both ends of an agent connection force it; on the wire it
 // is "proto".
 type codec struct{}
 
-var _ encoding.CodecV2 = codec{}
+// Codec is the codec both ends force, for the tests and the hostile agent.
+var Codec encoding.CodecV2 = codec{}
 
 func (codec) Name() string { return "proto" }
 
 // Marshal copies a data message's bytes into a pooled buffer, as proto
 // does. Handing gRPC the caller's slice instead would save that copy, but
 // gRPC writes a message after Send returns, and the senders reuse their
-// buffer as soon as it does (chunkWriter, Restore): the copy is what makes
+// buffer as soon as it does (ChunkWriter, Restore): the copy is what makes
 // that safe.
 func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(proto.Message)
@@ -44,21 +45,21 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 		}
 		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 	}
-	b := buffers.Get(size)
+	b := Buffers.Get(size)
 	if _, err := opts.MarshalAppend((*b)[:0], m); err != nil {
-		buffers.Put(b)
+		Buffers.Put(b)
 		return nil, err
 	}
-	return mem.BufferSlice{mem.NewBuffer(b, buffers)}, nil
+	return mem.BufferSlice{mem.NewBuffer(b, Buffers)}, nil
 }
 
 // The bytes fields Unmarshal fills by hand; each is its message's only
 // field when it is set (a oneof member). TestDataTags holds them to the
 // descriptors.
 const (
-	putDataField      protowire.Number = 2 // PutRequest.data
-	getDataField      protowire.Number = 1 // GetResponse.data
-	restoreChunkField protowire.Number = 3 // RestoreRequest.chunk
+	PutDataField      protowire.Number = 2 // PutRequest.data
+	GetDataField      protowire.Number = 1 // GetResponse.data
+	RestoreChunkField protowire.Number = 3 // RestoreRequest.chunk
 )
 
 // Unmarshal is proto.Unmarshal, except for a data message: a PutRequest,
@@ -67,26 +68,26 @@ const (
 // its bytes into a fresh allocation (256 KiB each, for the GC to clear
 // and collect); here they are copied once, from the frames into a buffer
 // of the pool. The message then owns that buffer: a consumer that has
-// read the last of it may hand it back with release; one that does not
+// read the last of it may hand it back with Release; one that does not
 // leaves it to the GC. Any other encoding (another field, unknown fields,
 // the field twice) goes to proto.Unmarshal, so the result is always what
 // proto.Unmarshal gives.
 func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch m := v.(type) {
 	case *agentv1.PutRequest:
-		if b, ok := unmarshalBytes(data, putDataField); ok {
+		if b, ok := UnmarshalBytes(data, PutDataField); ok {
 			m.Reset()
 			m.Msg = &agentv1.PutRequest_Data{Data: b}
 			return nil
 		}
 	case *agentv1.GetResponse:
-		if b, ok := unmarshalBytes(data, getDataField); ok {
+		if b, ok := UnmarshalBytes(data, GetDataField); ok {
 			m.Reset()
 			m.Msg = &agentv1.GetResponse_Data{Data: b}
 			return nil
 		}
 	case *agentv1.RestoreRequest:
-		if b, ok := unmarshalBytes(data, restoreChunkField); ok {
+		if b, ok := UnmarshalBytes(data, RestoreChunkField); ok {
 			m.Reset()
 			m.Msg = &agentv1.RestoreRequest_Chunk{Chunk: b}
 			return nil
@@ -96,36 +97,36 @@ func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return fmt.Errorf("unmarshal %T: not a proto.Message", v)
 	}
-	b := data.MaterializeToBuffer(buffers)
+	b := data.MaterializeToBuffer(Buffers)
 	defer b.Free()
 	return proto.Unmarshal(b.ReadOnlyData(), m)
 }
 
-// unmarshalBytes returns the payload of data when data is exactly one
+// UnmarshalBytes returns the payload of data when data is exactly one
 // bytes field, number f (see grpcbuf.Field), in a buffer of the pool; ok
 // is false, and nothing taken, for anything else.
-func unmarshalBytes(data mem.BufferSlice, f protowire.Number) (b []byte, ok bool) {
-	b, ok = grpcbuf.Field(buffers, data, f)
+func UnmarshalBytes(data mem.BufferSlice, f protowire.Number) (b []byte, ok bool) {
+	b, ok = grpcbuf.Field(Buffers, data, f)
 	if ok && len(b) > 0 {
-		if h := acquireHook.Load(); h != nil {
+		if h := AcquireHook.Load(); h != nil {
 			(*h)(b)
 		}
 	}
 	return b, ok
 }
 
-// release hands a data message's bytes (see Unmarshal) back to buffers.
+// Release hands a data message's bytes (see Unmarshal) back to Buffers.
 // Its caller must own b alone, as the consumer of a received message
 // does, and must not read b, or any slice of it, afterwards: the pool
 // hands it to the next message, or to gRPC's transport.
-func release(b []byte) {
-	if h := releaseHook.Load(); h != nil {
+func Release(b []byte) {
+	if h := ReleaseHook.Load(); h != nil {
 		(*h)(b)
 	}
-	grpcbuf.Release(buffers, b)
+	grpcbuf.Release(Buffers, b)
 }
 
-// acquireHook and releaseHook, when set, see every buffer unmarshalBytes
-// fills and every buffer release takes: tests track ownership with them
+// AcquireHook and ReleaseHook, when set, see every buffer UnmarshalBytes
+// fills and every buffer Release takes: tests track ownership with them
 // (export_test.go).
-var acquireHook, releaseHook atomic.Pointer[func([]byte)]
+var AcquireHook, ReleaseHook atomic.Pointer[func([]byte)]
