@@ -181,7 +181,18 @@ func newRun(t *testing.T, runs, id string, env map[string]string) ferry.LaunchSp
 	for k, v := range env {
 		e[k] = v
 	}
-	return ferry.LaunchSpec{RunID: id, TaskID: testTask, Repo: testRepo, Runtime: "codex", Argv: []string{"sh", "-c", workerScript}, Env: e}
+	return ferry.LaunchSpec{
+		RunID:    id,
+		Inputs:   []string{"instructions.md", "context.json", "persistent_instructions.md", "runner.log", "codex"},
+		Secrets:  []string{"gh_token", "codex_auth.json", "claude_oauth_token"},
+		Sessions: []ferry.SessionMapping{{Key: session.TaskKey(testRepo, testTask), Remote: "rascal-codex-session"}},
+		Dirs:     []string{"work"},
+		Argv:     []string{"sh", "-c", workerScript}, Env: e,
+		PathEnv: map[string]string{
+			"RASCAL_META_DIR": "${META}", "RASCAL_WORK_ROOT": "${WORK}", "RASCAL_REPO_DIR": "${WORK}/repo",
+			"CODEX_HOME": "${WORKSPACE}/rascal-codex-session", "GH_TOKEN_FILE": "${SECRETS}/gh_token",
+		},
+	}
 }
 
 // inspectUntilDone polls Inspect every second, as rascald does, for at
@@ -256,7 +267,7 @@ func TestLauncherRascalContract(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if h.Name != "rascal-"+tc.id || h.ID != tc.id || h.Backend != "ferry" {
+			if h.Name != "rascal-"+tc.id || h.ID != h.Name || h.Backend != "ferry" {
 				t.Fatalf("handle %+v", h)
 			}
 			s := inspectUntilDone(t, l, h)
@@ -367,7 +378,7 @@ func TestLauncherIdempotentStart(t *testing.T) {
 	if err := l.Remove(ctx(t), h); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.StartDetached(ctx(t), ferry.LaunchSpec{RunID: "Bad_ID", Argv: []string{"true"}}); !errors.Is(err, ferry.ErrInvalidRunID) {
+	if _, err := l.StartDetached(ctx(t), ferry.LaunchSpec{RunID: " ", Argv: []string{"true"}}); !errors.Is(err, ferry.ErrInvalidRunID) {
 		t.Fatalf("bad run id: %v", err)
 	}
 	if _, err := l.Inspect(ctx(t), ferry.Handle{Name: "rascal-never"}); !errors.Is(err, ferry.ErrUnknownRun) {
@@ -664,6 +675,9 @@ func TestSandboxName(t *testing.T) {
 	}{
 		{ferry.Handle{Name: "rascal-42"}, "rascal-42"},
 		{ferry.Handle{Name: "rascal-123456789012"}, "rascal-123456789012"},
+		// Rascal's run ids: an "_" is no DNS label, and they are long.
+		{ferry.Handle{Name: "rascal-a_b"}, ferry.SandboxName(ferry.Handle{Name: "rascal-a_b"})},
+		{ferry.Handle{ID: "rascal-run_0123456789abcdef", Name: "rascal-run_0123456789abcdef"}, ferry.SandboxName(ferry.Handle{Name: "rascal-run_0123456789abcdef"})},
 		{long, ferry.SandboxName(long)},
 	} {
 		got := ferry.SandboxName(tc.h)
