@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -690,5 +691,98 @@ func TestSandboxName(t *testing.T) {
 	}
 	if got := ferry.SandboxName(ferry.Handle{Name: "rascal-ab-0123456789abcdef"}); strings.Contains(got, "--") {
 		t.Errorf("fitted name %q has a double dash", got)
+	}
+}
+
+// TestLauncherWorkdirAndDeadStart: a working directory that is not there
+// fails the start with a *WorkdirError naming it, before anything is
+// spawned; the start's intent is then all there is, so Inspect says
+// ErrUnknownRun (and deletes the sandbox the start made), and a new start
+// with the directory in Dirs starts the run. The run directory is the
+// spec's, outside RunsDir, and its id is Rascal's, which no sandbox name
+// allows as it is.
+func TestLauncherWorkdirAndDeadStart(t *testing.T) {
+	e := newLaunchEnv(t)
+	l := newLauncher(t, e.c, e.runs, e.st)
+	elsewhere := t.TempDir()
+	const id = "run_0123456789ABCDEF"
+	spec := newRun(t, elsewhere, id, nil)
+	spec.RunDir = filepath.Join(elsewhere, id)
+	spec.Workdir = "work/repo"
+	_, err := l.StartDetached(ctx(t), spec)
+	var we *ferry.WorkdirError
+	if !errors.As(err, &we) || we.Dir != "work/repo" {
+		t.Fatalf("start without its workdir: %v, want a *WorkdirError for work/repo", err)
+	}
+	h, err := l.HandleFor(id)
+	if err != nil || h.Name != "rascal-run_0123456789abcdef" || h.ID != h.Name {
+		t.Fatalf("handle %+v %v", h, err)
+	}
+	ws := filepath.Join(e.g.Root, ferry.SandboxName(h))
+	if _, err := os.Stat(ws); err != nil {
+		t.Fatalf("the failed start made no sandbox: %v", err)
+	}
+	if _, err := l.Inspect(ctx(t), h); !errors.Is(err, ferry.ErrUnknownRun) {
+		t.Fatalf("inspect of a start that spawned nothing: %v, want ErrUnknownRun", err)
+	}
+	if err := l.Stop(ctx(t), h, time.Second); !errors.Is(err, ferry.ErrUnknownRun) {
+		t.Fatalf("stop of a start that spawned nothing: %v, want ErrUnknownRun", err)
+	}
+	if _, err := os.Stat(ws); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the sandbox of a dead start is still there: %v", err)
+	}
+	spec.Dirs = append(spec.Dirs, "work/repo")
+	if _, err := l.StartDetached(ctx(t), spec); err != nil {
+		t.Fatal(err)
+	}
+	if s := inspectUntilDone(t, l, h); s.ExitCode != 0 {
+		t.Fatalf("exit code %d", s.ExitCode)
+	}
+	if m := metaOf(t, elsewhere, id); m["work_root"] != filepath.Join(ws, "work") || m["token_len"] != float64(len(testSecret)) {
+		t.Fatalf("meta.json in the spec's run directory: %v", m)
+	}
+	if _, err := os.Stat(filepath.Join(e.runs, id)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a run directory under RunsDir: %v", err)
+	}
+	if err := l.Remove(ctx(t), h); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLauncherCrashAfterSpawn: the start dies after the spawn and before
+// its record says so (the crash point ends its goroutine, as a killed
+// process ends); another Launcher adopts the command from what the
+// sandbox's supervisor reports, and it ran once.
+func TestLauncherCrashAfterSpawn(t *testing.T) {
+	e := newLaunchEnv(t)
+	spawned := false
+	crashing, err := ferry.NewLauncher(ferry.LauncherConfig{
+		Sandboxes: e.c, X: e.c, RunsDir: e.runs, Store: e.st, Agents: agenttest.Bundle(t), Mode: transfer.ModeAgent,
+		AfterSpawn: func(string) { spawned = true; runtime.Goexit() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := newRun(t, e.runs, "crash", map[string]string{"EXIT": "4"})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		crashing.StartDetached(ctx(t), spec)
+		t.Error("StartDetached went past its crash point")
+	}()
+	<-done
+	if !spawned {
+		t.Fatal("the crash point was not reached")
+	}
+	l := newLauncher(t, e.c, e.runs, e.st)
+	h, _ := l.HandleFor("crash")
+	if s := inspectUntilDone(t, l, h); s.ExitCode != 4 {
+		t.Fatalf("exit code %d, want 4", s.ExitCode)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.g.Root, ferry.SandboxName(h), "starts")); string(b) != "x\n" {
+		t.Fatalf("the command started %d times", strings.Count(string(b), "x"))
+	}
+	if err := l.Remove(ctx(t), h); err != nil {
+		t.Fatal(err)
 	}
 }
