@@ -210,7 +210,6 @@ func (d *rascald) superviseStop(ctx context.Context, r run, cancel <-chan struct
 	tick := time.NewTicker(d.tick)
 	defer tick.Stop()
 	stopRequested, canceled := false, false
-	first := true
 	for {
 		select {
 		case <-ctx.Done():
@@ -224,14 +223,13 @@ func (d *rascald) superviseStop(ctx context.Context, r run, cancel <-chan struct
 			return d.failMissing(r)
 		}
 		if err != nil {
-			d.t.Logf("run %s inspect failed: %v", r.ID, err)
+			if ctx.Err() == nil {
+				d.t.Logf("run %s inspect failed: %v", r.ID, err)
+			}
 			continue
 		}
 		if st.Running {
-			if first {
-				d.timings.add("inspect", dt)
-			}
-			first = false
+			d.timings.add("inspect", dt)
 			select {
 			case <-cancel:
 				canceled = true
