@@ -403,3 +403,39 @@ func readFile(t *testing.T, p string) string {
 	}
 	return string(b)
 }
+
+// TestRascalNewByGatewayName: New finds a gateway by its stored name, as
+// the openshell CLI does, and a run goes through it; a name nobody stored
+// is an error that says so.
+func TestRascalNewByGatewayName(t *testing.T) {
+	e := newEnv(t)
+	cfgHome := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", cfgHome)
+	t.Setenv("OPENSHELL_GATEWAY_ENDPOINT", "http://127.0.0.1:1")
+	dir := filepath.Join(cfgHome, "openshell", "gateways", "embedded")
+	must(t, os.MkdirAll(dir, 0o700))
+	md, _ := json.Marshal(map[string]string{"gateway_endpoint": e.g.Settings.Endpoint, "auth_mode": "mtls"})
+	must(t, os.WriteFile(filepath.Join(dir, "metadata.json"), md, 0o600))
+	if s := e.g.Settings; s.CACertFile != "" {
+		must(t, os.MkdirAll(filepath.Join(dir, "mtls"), 0o700))
+		for from, to := range map[string]string{s.CACertFile: "ca.crt", s.ClientCertFile: "tls.crt", s.ClientKeyFile: "tls.key"} {
+			must(t, os.WriteFile(filepath.Join(dir, "mtls", to), []byte(readFile(t, from)), 0o600))
+		}
+	}
+	if _, err := ferryrascal.New(ctx(t), ferryrascal.Config{GatewayName: "nobody", Store: e.store, RunsDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "nobody") {
+		t.Fatalf("New with an unknown gateway name: %v", err)
+	}
+	r, err := ferryrascal.New(ctx(t), ferryrascal.Config{
+		GatewayName: "embedded", Store: filepath.Join(t.TempDir(), "new-store"), RunsDir: filepath.Join(e.data, "runs"),
+		GitHubToken: testGitHubToken, Env: map[string]string{"PATH": e.f.path()}, Agents: agenttest.Bundle(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	d := e.rascald(t, r, "all")
+	rn := run{ID: "run_00000000000000d4", TaskID: "named", Repo: testRepo, Instruction: "x", AgentRuntime: "codex", Trigger: "cli", BaseBranch: "main", HeadBranch: "rascal/named"}
+	if o := d.execute(ctx(t), rn); o.Status != "review" {
+		t.Fatalf("run through the named gateway: %+v", o)
+	}
+}
