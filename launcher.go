@@ -36,7 +36,8 @@ type Sandboxes interface {
 }
 
 // Handle names a run started by a Launcher, as Rascal's ExecutionHandle
-// does: Name is the sandbox, "rascal-<run id>"; ID is the run id.
+// does and as rascald stores it: Name and ID are both the run's handle
+// name (see HandleFor); Backend is LauncherConfig.Backend.
 type Handle struct {
 	Backend string
 	ID      string
@@ -58,14 +59,30 @@ type State struct {
 const ExitLost = 125
 
 var (
-	// ErrUnknownRun means the run directory holds no record of a run
-	// started by a Launcher.
+	// ErrUnknownRun means no run of a Launcher answers to a handle: it
+	// was never started, or its start died before it spawned anything.
+	// It is the one error for an unknown handle, as Rascal's
+	// ErrExecutionNotFound is.
 	ErrUnknownRun = errors.New("ferry: unknown run")
-	// ErrInvalidRunID means a run id cannot name a sandbox: "rascal-" and
-	// the id must be at most 63 lower-case letters, digits and single
-	// hyphens.
+	// ErrInvalidRunID means an empty run id.
 	ErrInvalidRunID = errors.New("ferry: invalid run id")
 )
+
+// WorkdirError means the spec's working directory is not a directory in
+// the sandbox when the command is to start (create it with
+// LaunchSpec.Dirs): the command is not started, rather than failing with
+// exit code 127 as if its program were missing.
+type WorkdirError struct {
+	RunID string
+	// Dir is the working directory, relative to the workspace root.
+	Dir string
+	// Kind is what is there instead: archive.Missing, or a file.
+	Kind archive.Kind
+}
+
+func (e *WorkdirError) Error() string {
+	return fmt.Sprintf("run %s: working directory %s is %s in the sandbox, not a directory", e.RunID, e.Dir, e.Kind)
+}
 
 // LauncherConfig configures a Launcher. It is not changed after
 // NewLauncher.
@@ -74,11 +91,12 @@ type LauncherConfig struct {
 	Sandboxes Sandboxes
 	// X runs commands in them. Required.
 	X relay.Execer
-	// RunsDir holds the run directories, RunsDir/<run id> (Rascal's
-	// $RASCAL_DATA_DIR/runs), and their secrets, RunsDir/.<run id>-secrets.
+	// RunsDir holds the default run directories, RunsDir/<run id>
+	// (Rascal's $RASCAL_DATA_DIR/runs), and the index that maps a
+	// handle's name to its run directory, RunsDir/.ferry-handles.
 	// Required.
 	RunsDir string
-	// Store keeps the task sessions; required for a spec with a Runtime.
+	// Store keeps the task sessions; required for a spec with Sessions.
 	Store *session.Store
 	// Agents are the agent builds to install. Required: see
 	// transfer.ErrAgentRequired.
@@ -105,6 +123,11 @@ type LauncherConfig struct {
 	// Logger receives what the Launcher does (never a secret or an
 	// environment value); nil discards it.
 	Logger *slog.Logger
+	// AfterSpawn, when set, is called by StartDetached once the command
+	// is spawned and before its record says so: a crash point for tests
+	// of a start that dies there (runtime.Goexit in it stands for the
+	// process's death). Nil in production.
+	AfterSpawn func(runID string)
 }
 
 func (c *LauncherConfig) applyDefaults() {
@@ -122,12 +145,14 @@ func (c *LauncherConfig) applyDefaults() {
 	}
 }
 
-// Launcher runs Rascal's runs detached in sandboxes, with Rascal's four
-// calls: StartDetached, Inspect, Stop and Remove. The command runs under
-// the ferry agent's supervisor inside the sandbox, so it survives a relay
-// drop and the death of the process that started it; the run's progress is
+// Launcher runs commands detached in sandboxes, with Rascal's four calls:
+// StartDetached, Inspect, Stop and Remove. The command runs under the
+// ferry agent's supervisor inside the sandbox, so it survives a relay drop
+// and the death of the process that started it; the run's progress is
 // kept in its run directory, so that another Launcher, in another process,
-// can take it over. A Launcher is safe for concurrent use.
+// can take it over. A Launcher is safe for concurrent use. It knows no
+// Rascal layout: package rascal says which files, directories and
+// variables a Rascal run has.
 type Launcher struct {
 	cfg LauncherConfig
 }
@@ -159,30 +184,48 @@ func NewLauncher(cfg LauncherConfig) (*Launcher, error) {
 
 // LaunchSpec is one run for StartDetached.
 type LaunchSpec struct {
-	// RunID names the run: its run directory RunsDir/<RunID> and its
-	// sandbox "rascal-<RunID>".
+	// RunID names the run; its handle is HandleFor(RunID).
 	RunID string
-	// TaskID and Repo give the session key, session.TaskKey(Repo,
-	// TaskID), unless SessionKey is set.
-	TaskID, Repo string
-	SessionKey   string
-	// Runtime is the coding agent, "goose", "codex" or "claude": its
-	// session directory is restored before the command and saved after
-	// it. Empty: no session.
-	Runtime string
-	// SecretsDir holds gh_token, codex_auth.json and claude_oauth_token;
-	// default RunsDir/.<RunID>-secrets. A missing directory or file is no
-	// secret, and its variable is not set.
+	// RunDir is the run's host directory: Inputs come from it, the
+	// artifacts land in it, and it holds the run's record. Default
+	// RunsDir/<RunID>.
+	RunDir string
+	// SecretsDir holds the Secrets; default SecretsDir(RunDir).
 	SecretsDir string
+	// Inputs are names in RunDir (files or directories) uploaded into the
+	// meta directory before the command; a missing one is skipped.
+	Inputs []string
+	// Secrets are file names in SecretsDir uploaded into the sandbox's
+	// secrets directory, 0600 in a 0700 directory; a missing one is
+	// skipped.
+	Secrets []string
+	// Sessions are restored from the store before the command (a key
+	// without a snapshot yet gets an empty 0700 directory) and saved
+	// after it however it ended.
+	Sessions []SessionMapping
+	// Dirs are directories, relative to the workspace root, created
+	// (0755) before the command, after the inputs.
+	Dirs []string
 	// Image is the sandbox's image; default LauncherConfig.Image.
 	Image string
-	// Argv is the worker command; Env is added to its environment (never
-	// secrets: it is kept in the sandbox's state directory), except the
-	// variables the Launcher maps, which Env may not set.
+	// Argv is the command. Its output is appended to the meta
+	// directory's runner.log.
 	Argv []string
-	Env  map[string]string
+	// Env is added to the command's environment as it is. It is kept in
+	// the sandbox's state directory: never put a secret here (Secrets
+	// carries them).
+	Env map[string]string
+	// PathEnv is added to the environment too, each value a sandbox path
+	// named with the placeholders of ExpandPath (${WORKSPACE}, ${META},
+	// ${WORK}, ${SECRETS}), which the Launcher replaces once it knows the
+	// sandbox's workspace root. Apart from Env so that no text of the
+	// caller's (an instruction in RASCAL_INSTRUCTION) is ever expanded. A
+	// variable in both is an error.
+	PathEnv map[string]string
 	// Workdir is where the command starts, relative to the workspace
-	// root; empty is the workspace root.
+	// root; empty is the workspace root. It must be a directory when the
+	// command starts (list it in Dirs): else StartDetached fails with a
+	// *WorkdirError.
 	Workdir string
 	// Timeout, when positive, ends the command (SIGTERM, then SIGKILL
 	// after KillGrace) with exit code 124.
@@ -192,66 +235,100 @@ type LaunchSpec struct {
 // Where a run's pieces go in the sandbox, relative to its workspace root
 // (rascal.md, "Where things go in an OpenShell sandbox").
 const (
-	secretsRemote = ".rascal-secrets"
-	workRemote    = "work"
+	// SecretsRemote is the sandbox's secrets directory (0700).
+	SecretsRemote = ".rascal-secrets"
+	// WorkRemote is the sandbox's work directory, Docker's /work.
+	WorkRemote = "work"
 	// runsStateRemote holds the supervisors' state directories.
 	runsStateRemote = ".ferry-runs"
 )
 
-// runInputs are what the orchestrator writes into the run directory
-// before the run; the ones present are uploaded to the meta directory.
-var runInputs = []string{"instructions.md", "context.json", "persistent_instructions.md", "runner.log", "codex"}
-
-// runSecrets are the secret files and the variables that point at them.
-var runSecrets = []struct{ file, env string }{
-	{"gh_token", "GH_TOKEN_FILE"},
-	{"codex_auth.json", "CODEX_AUTH_FILE"},
-	{"claude_oauth_token", "CLAUDE_CODE_OAUTH_TOKEN_FILE"},
+// ExpandPath replaces, in v, each placeholder that names a sandbox path by
+// that path, absolute, in a sandbox whose workspace root is ws:
+//
+//	${WORKSPACE}  the workspace root
+//	${META}       the meta directory, DefaultMetaDir (Docker's /rascal-meta)
+//	${WORK}       the work directory, WorkRemote (Docker's /work)
+//	${SECRETS}    the secrets directory, SecretsRemote (/run/rascal-secrets)
+//
+// Anything else, another "${...}" or "$X" included, is left as it is: the
+// value is not given to a shell.
+func ExpandPath(v, ws string) string {
+	if !strings.Contains(v, "${") {
+		return v
+	}
+	return strings.NewReplacer(
+		"${WORKSPACE}", ws,
+		"${META}", path.Join(ws, DefaultMetaDir),
+		"${WORK}", path.Join(ws, WorkRemote),
+		"${SECRETS}", path.Join(ws, SecretsRemote),
+	).Replace(v)
 }
 
-// sessionEnv maps a runtime to the variable that points at its session
-// directory, rascal-<runtime>-session.
-var sessionEnv = map[string]string{"goose": "GOOSE_PATH_ROOT", "codex": "CODEX_HOME", "claude": "CLAUDE_CONFIG_DIR"}
-
-// mappedEnv are the variables the Launcher sets.
-var mappedEnv = map[string]bool{
-	"RASCAL_META_DIR": true, "RASCAL_WORK_ROOT": true, "RASCAL_REPO_DIR": true,
-	"GH_TOKEN_FILE": true, "CODEX_AUTH_FILE": true, "CLAUDE_CODE_OAUTH_TOKEN_FILE": true,
-	"GOOSE_PATH_ROOT": true, "CODEX_HOME": true, "CLAUDE_CONFIG_DIR": true,
+// SecretsDir is Rascal's default secrets directory of a run directory:
+// .<base>-secrets beside it.
+func SecretsDir(runDir string) string {
+	runDir = filepath.Clean(strings.TrimSpace(runDir))
+	return filepath.Join(filepath.Dir(runDir), "."+filepath.Base(runDir)+"-secrets")
 }
 
-// maxSandboxName is Rascal's limit on a handle's name (a DNS label).
-// Gateways allow less; see SandboxName.
-const maxSandboxName = 63
+// maxHandleName is Rascal's limit on a container's name (and so on a
+// handle's). Gateways allow less; see SandboxName.
+const maxHandleName = 63
 
-var sandboxNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+// handleName is Rascal's sanitizeContainerName("rascal-" + runID):
+// lower-cased, every character outside [a-z0-9_-] a "-", "-" and "_"
+// trimmed from both ends, at most 63 bytes.
+func handleName(runID string) string {
+	s := strings.ToLower("rascal-" + strings.TrimSpace(runID))
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+	}
+	out := strings.Trim(b.String(), "-_")
+	if out == "" {
+		out = "rascal-run"
+	}
+	if len(out) > maxHandleName {
+		out = out[:maxHandleName]
+	}
+	return out
+}
 
-// HandleFor is the handle of the run runID, checked.
+// HandleFor is the handle of the run runID, as Rascal derives it before
+// the start (runner.ExecutionHandleForRun) and as rascald saves it:
+// Name and ID are sanitizeContainerName("rascal-" + runID). Only an
+// empty id is refused.
 func (l *Launcher) HandleFor(runID string) (Handle, error) {
-	name := "rascal-" + runID
-	if runID == "" || len(name) > maxSandboxName || !sandboxNameRE.MatchString(name) || strings.Contains(name, "--") {
+	if strings.TrimSpace(runID) == "" {
 		return Handle{}, fmt.Errorf("run id %q: %w", runID, ErrInvalidRunID)
 	}
-	return Handle{Backend: l.cfg.Backend, ID: runID, Name: name}, nil
+	name := handleName(runID)
+	return Handle{Backend: l.cfg.Backend, ID: name, Name: name}, nil
 }
 
-// runOf is the run id and run directory of h.
-func (l *Launcher) runOf(h Handle) (string, string, error) {
-	id := h.ID
-	if id == "" {
-		if len(h.Name) <= len("rascal-") || h.Name[:len("rascal-")] != "rascal-" {
-			return "", "", fmt.Errorf("handle %q: %w", h.Name, ErrInvalidRunID)
-		}
-		id = h.Name[len("rascal-"):]
+// handleKey is the name a handle is known by: its ID, else its Name, as
+// Rascal's Docker backend picks its target.
+func handleKey(h Handle) string {
+	if id := strings.TrimSpace(h.ID); id != "" {
+		return id
 	}
-	want, err := l.HandleFor(id)
-	if err != nil {
-		return "", "", err
+	return strings.TrimSpace(h.Name)
+}
+
+// runOf is the run directory of h, from the handle index; a handle the
+// index does not know is ErrUnknownRun.
+func (l *Launcher) runOf(h Handle) (string, error) {
+	key := handleKey(h)
+	if key == "" {
+		return "", fmt.Errorf("empty handle: %w", ErrUnknownRun)
 	}
-	if h.Name != "" && h.Name != want.Name {
-		return "", "", fmt.Errorf("handle %q for run %q: %w", h.Name, id, ErrInvalidRunID)
-	}
-	return id, filepath.Join(l.cfg.RunsDir, id), nil
+	return readIndex(l.cfg.RunsDir, key)
 }
 
 // maxGatewayName is upstream OpenShell's MAX_ROUTABLE_NAME_LEN: a
@@ -259,17 +336,38 @@ func (l *Launcher) runOf(h Handle) (string, string, error) {
 // names over 19 characters.
 const maxGatewayName = 19
 
-// SandboxName is the sandbox that runs h. It is h.Name when that fits an
-// OpenShell gateway's 19 characters; a longer Rascal name is fitted to its
-// first 10 characters, "-" and 8 hex digits of its SHA-256, the same in
-// every process, so that a new Launcher finds the sandbox an earlier one
-// created.
+var sandboxNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+
+// SandboxName is the sandbox that runs h. It is h's name when that is a
+// DNS label of at most 19 characters, as OpenShell gateways want; any
+// other name (longer, or with Rascal's "_") is fitted to its first 10
+// characters made a label, "-" and 8 hex digits of its SHA-256, the same
+// in every process, so that a new Launcher finds the sandbox an earlier
+// one created.
 func SandboxName(h Handle) string {
-	if len(h.Name) <= maxGatewayName {
-		return h.Name
+	name := handleKey(h)
+	if len(name) <= maxGatewayName && sandboxNameRE.MatchString(name) && !strings.Contains(name, "--") {
+		return name
 	}
-	sum := sha256.Sum256([]byte(h.Name))
-	return strings.TrimRight(h.Name[:10], "-") + "-" + hex.EncodeToString(sum[:4])
+	sum := sha256.Sum256([]byte(name))
+	prefix := name
+	if len(prefix) > 10 {
+		prefix = prefix[:10]
+	}
+	prefix = strings.Map(func(r rune) rune {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			return r
+		}
+		return '-'
+	}, prefix)
+	for strings.Contains(prefix, "--") {
+		prefix = strings.ReplaceAll(prefix, "--", "-")
+	}
+	prefix = strings.Trim(prefix, "-")
+	if prefix == "" {
+		prefix = "rascal"
+	}
+	return prefix + "-" + hex.EncodeToString(sum[:4])
 }
 
 // sandbox is the named sandbox in agent mode.
@@ -278,11 +376,14 @@ func (l *Launcher) sandbox(name string) Sandbox {
 }
 
 // StartDetached creates the run's sandbox, uploads the run directory's
-// inputs and the secrets, restores the task's session, and starts the
-// command detached under the agent's supervisor; it returns once the
-// command runs. It is idempotent: a second call for the same run id, from
-// this process or another, finds the sandbox and the command already
-// started and starts nothing.
+// inputs and the secrets, restores the sessions, creates the directories,
+// and starts the command detached under the agent's supervisor; it returns
+// once the command runs. Before anything else it records the handle's run
+// directory and its intent to start, so that a Launcher in another
+// process that inspects the handle meanwhile, or after this one died,
+// finds the run: the command the sandbox's supervisor reports is adopted.
+// It is idempotent: a second call for the same run id, from this process
+// or another, finds the command already started and starts nothing.
 func (l *Launcher) StartDetached(ctx context.Context, spec LaunchSpec) (Handle, error) {
 	h, err := l.HandleFor(spec.RunID)
 	if err != nil {
@@ -291,16 +392,24 @@ func (l *Launcher) StartDetached(ctx context.Context, spec LaunchSpec) (Handle, 
 	if len(spec.Argv) == 0 {
 		return Handle{}, fmt.Errorf("start run %s: no command", spec.RunID)
 	}
-	for k := range spec.Env {
-		if mappedEnv[k] {
-			return Handle{}, fmt.Errorf("start run %s: %s is set by the launcher", spec.RunID, k)
+	for k := range spec.PathEnv {
+		if _, ok := spec.Env[k]; ok {
+			return Handle{}, fmt.Errorf("start run %s: %s is in both Env and PathEnv", spec.RunID, k)
 		}
 	}
-	sessions, err := l.sessionsFor(spec)
-	if err != nil {
+	if err := l.checkSessions(spec); err != nil {
 		return Handle{}, err
 	}
-	dir := filepath.Join(l.cfg.RunsDir, spec.RunID)
+	dir := spec.RunDir
+	if dir == "" {
+		dir = filepath.Join(l.cfg.RunsDir, spec.RunID)
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return Handle{}, fmt.Errorf("start run %s: %w", spec.RunID, err)
+	}
+	if spec.SecretsDir == "" {
+		spec.SecretsDir = SecretsDir(dir)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Handle{}, fmt.Errorf("start run %s: %w", spec.RunID, err)
 	}
@@ -309,78 +418,91 @@ func (l *Launcher) StartDetached(ctx context.Context, spec LaunchSpec) (Handle, 
 		return Handle{}, err
 	}
 	defer unlock()
-	if rec, err := readRecord(dir); err == nil && rec.RunID == spec.RunID {
+	rec, err := readRecord(dir)
+	switch {
+	case err == nil && rec.RunID != spec.RunID:
+		return Handle{}, fmt.Errorf("start run %s: %s holds run %s", spec.RunID, dir, rec.RunID)
+	case err == nil && rec.Spawned:
 		return h, nil
-	} else if err != nil && !errors.Is(err, ErrUnknownRun) {
+	case err != nil && !errors.Is(err, ErrUnknownRun):
 		return Handle{}, err
+	case err != nil:
+		rec = &launchRecord{RunID: spec.RunID, Sandbox: SandboxName(h), StateDir: path.Join(runsStateRemote, spec.RunID), Started: time.Now().UTC()}
+	}
+	// The intent first: from here on the handle names this run, and a
+	// Launcher that finds the record unspawned asks the sandbox.
+	rec.Sessions = spec.Sessions
+	if err := writeIndex(l.cfg.RunsDir, h.Name, spec.RunID, dir); err != nil {
+		return Handle{}, fmt.Errorf("start run %s: %w", spec.RunID, err)
+	}
+	if err := writeRecord(dir, rec); err != nil {
+		return Handle{}, fmt.Errorf("start run %s: %w", spec.RunID, err)
 	}
 
-	name := SandboxName(h)
-	log := l.cfg.Logger.With("run_id", spec.RunID, "sandbox", name)
+	log := l.cfg.Logger.With("run_id", spec.RunID, "sandbox", rec.Sandbox)
 	image := spec.Image
 	if image == "" {
 		image = l.cfg.Image
 	}
-	if _, err := l.cfg.Sandboxes.Ensure(ctx, openshell.Spec{Name: name, Image: image}); err != nil {
+	if _, err := l.cfg.Sandboxes.Ensure(ctx, openshell.Spec{Name: rec.Sandbox, Image: image}); err != nil {
 		return Handle{}, fmt.Errorf("start run %s: %w", spec.RunID, err)
 	}
-	sb := l.sandbox(name)
+	sb := l.sandbox(rec.Sandbox)
 	a, err := l.connect(ctx, sb)
 	if err != nil {
 		return Handle{}, fmt.Errorf("start run %s: %w", spec.RunID, err)
 	}
 	defer a.Close()
-	rec := &launchRecord{RunID: spec.RunID, Sandbox: name, StateDir: path.Join(runsStateRemote, spec.RunID), Sessions: sessions, Started: time.Now().UTC()}
 	st, err := a.Agent().RunStatus(ctx, rec.StateDir)
 	if err != nil {
 		return Handle{}, fmt.Errorf("start run %s: %w", spec.RunID, err)
 	}
 	if st.State == agent.RunMissing {
-		if err := l.launch(ctx, sb, a, spec, rec); err != nil {
+		if err := l.launch(ctx, sb, a, spec, dir, rec); err != nil {
 			return Handle{}, fmt.Errorf("start run %s: %w", spec.RunID, err)
 		}
 		log.Info("run started", "image", image)
 	} else {
-		// An earlier call started it and died before its record.
+		// An earlier call spawned it and died before its record.
 		log.Info("run already started; adopted", "state", st.State.String())
+	}
+	if l.cfg.AfterSpawn != nil {
+		l.cfg.AfterSpawn(spec.RunID)
 	}
 	// The command runs: a channel that fails as it closes changes nothing.
 	if err := a.Close(); err != nil {
 		log.Debug("agent connection ended badly after the start", "err", err)
 	}
+	rec.Spawned = true
 	if err := writeRecord(dir, rec); err != nil {
 		return Handle{}, fmt.Errorf("start run %s: %w", spec.RunID, err)
 	}
 	return h, nil
 }
 
-// sessionsFor is the spec's session, if it has a runtime.
-func (l *Launcher) sessionsFor(spec LaunchSpec) ([]SessionMapping, error) {
-	if spec.Runtime == "" {
-		return nil, nil
-	}
-	if _, ok := sessionEnv[spec.Runtime]; !ok {
-		return nil, fmt.Errorf("start run %s: unknown runtime %q (want goose, codex or claude)", spec.RunID, spec.Runtime)
+// checkSessions checks the spec's session keys, and that there is a store
+// to keep them.
+func (l *Launcher) checkSessions(spec LaunchSpec) error {
+	if len(spec.Sessions) == 0 {
+		return nil
 	}
 	if l.cfg.Store == nil {
-		return nil, fmt.Errorf("start run %s: a runtime's session needs a store", spec.RunID)
+		return fmt.Errorf("start run %s: sessions need a store", spec.RunID)
 	}
-	key := spec.SessionKey
-	if key == "" {
-		if spec.Repo == "" && spec.TaskID == "" {
-			return nil, fmt.Errorf("start run %s: no session key, repo or task id", spec.RunID)
+	for _, m := range spec.Sessions {
+		if err := session.ValidKey(m.Key); err != nil {
+			return fmt.Errorf("start run %s: %w", spec.RunID, err)
 		}
-		key = session.TaskKey(spec.Repo, spec.TaskID)
+		if m.Remote == "" {
+			return fmt.Errorf("start run %s: session %s has no sandbox directory", spec.RunID, m.Key)
+		}
 	}
-	if err := session.ValidKey(key); err != nil {
-		return nil, fmt.Errorf("start run %s: %w", spec.RunID, err)
-	}
-	return []SessionMapping{{Key: key, Remote: "rascal-" + spec.Runtime + "-session"}}, nil
+	return nil
 }
 
 // launch is the pre-exec phase and the spawn, through one agent
 // connection.
-func (l *Launcher) launch(ctx context.Context, sb Sandbox, a transfer.Remote, spec LaunchSpec, rec *launchRecord) error {
+func (l *Launcher) launch(ctx context.Context, sb Sandbox, a transfer.Remote, spec LaunchSpec, dir string, rec *launchRecord) error {
 	pr, err := a.Agent().Probe(ctx)
 	if err != nil {
 		return err
@@ -389,29 +511,23 @@ func (l *Launcher) launch(ctx context.Context, sb Sandbox, a transfer.Remote, sp
 	if !path.IsAbs(ws) {
 		return fmt.Errorf("the agent reports a workspace %q that is not absolute", ws)
 	}
-	dir := filepath.Join(l.cfg.RunsDir, spec.RunID)
 	rs := RunSpec{Sessions: rec.Sessions, Store: l.cfg.Store}
-	for _, name := range runInputs {
+	for _, name := range spec.Inputs {
 		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
 			rs.Inputs = append(rs.Inputs, Mapping{Local: filepath.Join(dir, name), Remote: path.Join(DefaultMetaDir, name)})
 		}
 	}
-	env := map[string]string{}
+	for _, name := range spec.Secrets {
+		if fi, err := os.Stat(filepath.Join(spec.SecretsDir, name)); err == nil && fi.Mode().IsRegular() {
+			rs.Secrets = append(rs.Secrets, Mapping{Local: filepath.Join(spec.SecretsDir, name), Remote: path.Join(SecretsRemote, name)})
+		}
+	}
+	env := make(map[string]string, len(spec.Env)+len(spec.PathEnv))
 	for k, v := range spec.Env {
 		env[k] = v
 	}
-	env["RASCAL_META_DIR"] = path.Join(ws, DefaultMetaDir)
-	env["RASCAL_WORK_ROOT"] = path.Join(ws, workRemote)
-	env["RASCAL_REPO_DIR"] = path.Join(ws, workRemote, "repo")
-	secrets := spec.SecretsDir
-	if secrets == "" {
-		secrets = filepath.Join(l.cfg.RunsDir, "."+spec.RunID+"-secrets")
-	}
-	for _, s := range runSecrets {
-		if fi, err := os.Stat(filepath.Join(secrets, s.file)); err == nil && fi.Mode().IsRegular() {
-			rs.Secrets = append(rs.Secrets, Mapping{Local: filepath.Join(secrets, s.file), Remote: path.Join(secretsRemote, s.file)})
-			env[s.env] = path.Join(ws, secretsRemote, s.file)
-		}
+	for k, v := range spec.PathEnv {
+		env[k] = ExpandPath(v, ws)
 	}
 	restored, err := prepareRun(ctx, sb, a, rs)
 	if err != nil {
@@ -426,7 +542,18 @@ func (l *Launcher) launch(ctx context.Context, sb Sandbox, a transfer.Remote, sp
 				return fmt.Errorf("create %s: %w", m.Remote, err)
 			}
 		}
-		env[sessionEnv[spec.Runtime]] = path.Join(ws, m.Remote)
+	}
+	if err := makeDirs(ctx, a, spec.Dirs); err != nil {
+		return err
+	}
+	if spec.Workdir != "" {
+		k, err := a.Agent().Stat(ctx, spec.Workdir, true)
+		if err != nil {
+			return fmt.Errorf("working directory %s: %w", spec.Workdir, err)
+		}
+		if k != archive.Dir {
+			return &WorkdirError{RunID: spec.RunID, Dir: spec.Workdir, Kind: k}
+		}
 	}
 	_, spawned, err := a.Agent().Spawn(ctx, agent.SpawnSpec{
 		StateDir: rec.StateDir, RunID: spec.RunID, Argv: spec.Argv, Env: env, Workdir: spec.Workdir,
@@ -437,6 +564,43 @@ func (l *Launcher) launch(ctx context.Context, sb Sandbox, a transfer.Remote, sp
 	}
 	if !spawned {
 		l.cfg.Logger.Info("run was spawned by another launcher meanwhile", "run_id", spec.RunID)
+	}
+	return nil
+}
+
+// makeDirs creates the directories dirs (0755, with their parents) in the
+// sandbox, in one upload into the workspace root; those that exist stay
+// as they are but for their mode.
+func makeDirs(ctx context.Context, r transfer.Remote, dirs []string) error {
+	if len(dirs) == 0 {
+		return nil
+	}
+	var all []string
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		d = path.Clean(d)
+		if d == "." || path.IsAbs(d) || d == ".." || strings.HasPrefix(d, "../") {
+			return fmt.Errorf("directory %q is not inside the workspace", d)
+		}
+		var parents []string
+		for p := d; p != "." && !seen[p]; p = path.Dir(p) {
+			seen[p] = true
+			parents = append(parents, p)
+		}
+		for i := len(parents) - 1; i >= 0; i-- {
+			all = append(all, parents[i])
+		}
+	}
+	fill := func(w *archive.Writer) error {
+		for _, d := range all {
+			if err := w.WriteEntry(ctx, archive.Header{Name: d, Kind: archive.Dir, Mode: 0o755, ModTime: time.Now()}, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if _, err := r.Upload(ctx, transfer.UploadSpec{Dest: ".", Place: archive.PlaceInto, Entries: int64(len(all))}, fill); err != nil {
+		return fmt.Errorf("create directories %s: %w", strings.Join(dirs, ", "), err)
 	}
 	return nil
 }
@@ -475,13 +639,16 @@ func (l *Launcher) connect(ctx context.Context, sb Sandbox) (transfer.Remote, er
 
 // Inspect reports whether the run is still running. Once its command has
 // ended, Inspect pulls the artifacts into the run directory and saves the
-// session before it first reports Running false, so that the caller finds
+// sessions before it first reports Running false, so that the caller finds
 // meta.json then (a missing meta.json does not hold the run up: the
 // caller reports its absence). That first report may take up to
-// FinishTimeout. Later calls read the run directory only. An error leaves
-// the run as it was: the next call tries again.
+// FinishTimeout. Later calls read the run directory only. A run whose
+// start is under way elsewhere is running; one whose start died before
+// it spawned the command is ErrUnknownRun (its sandbox is deleted), and
+// one whose start died after is adopted. Any other error leaves the run
+// as it was: the next call tries again.
 func (l *Launcher) Inspect(ctx context.Context, h Handle) (State, error) {
-	_, dir, err := l.runOf(h)
+	dir, err := l.runOf(h)
 	if err != nil {
 		return State{}, err
 	}
@@ -507,23 +674,57 @@ func (l *Launcher) Inspect(ctx context.Context, h Handle) (State, error) {
 	if rec.Finished {
 		return State{ExitCode: rec.ExitCode}, nil
 	}
-	sb := l.sandbox(rec.Sandbox)
-	a, err := l.connect(ctx, sb)
-	if errors.Is(err, relay.ErrNotFound) {
-		return l.finish(ctx, dir, rec, sb, nil, agent.RunStatus{State: agent.RunLost})
-	}
+	sb, a, st, err := l.attach(ctx, dir, rec)
 	if err != nil {
 		return State{}, fmt.Errorf("inspect run %s: %w", rec.RunID, err)
 	}
-	defer a.Close()
-	st, err := a.Agent().RunStatus(ctx, rec.StateDir)
-	if err != nil {
-		return State{}, fmt.Errorf("inspect run %s: %w", rec.RunID, err)
+	if a != nil {
+		defer a.Close()
 	}
 	if st.State == agent.RunRunning || st.State == agent.RunStarting {
 		return State{Running: true}, nil
 	}
 	return l.finish(ctx, dir, rec, sb, a, st)
+}
+
+// attach connects to the run's sandbox and reports its command. A
+// sandbox that is gone gives a nil Remote and RunLost. A record whose
+// start died before the command was spawned gives ErrUnknownRun, and its
+// sandbox is deleted; one whose start died after it is adopted: the
+// record says spawned from now on. The caller holds the run's lock.
+func (l *Launcher) attach(ctx context.Context, dir string, rec *launchRecord) (Sandbox, transfer.Remote, agent.RunStatus, error) {
+	sb := l.sandbox(rec.Sandbox)
+	a, err := l.connect(ctx, sb)
+	if errors.Is(err, relay.ErrNotFound) {
+		if !rec.Spawned {
+			return sb, nil, agent.RunStatus{}, fmt.Errorf("its start died before the sandbox ran it: %w", ErrUnknownRun)
+		}
+		return sb, nil, agent.RunStatus{State: agent.RunLost}, nil
+	}
+	if err != nil {
+		return sb, nil, agent.RunStatus{}, err
+	}
+	st, err := a.Agent().RunStatus(ctx, rec.StateDir)
+	if err != nil {
+		a.Close()
+		return sb, nil, agent.RunStatus{}, err
+	}
+	if !rec.Spawned {
+		if st.State == agent.RunMissing {
+			a.Close()
+			if err := l.cfg.Sandboxes.Delete(ctx, rec.Sandbox); err != nil && !errors.Is(err, relay.ErrNotFound) {
+				l.cfg.Logger.Warn("cannot delete the sandbox of a start that died", "run_id", rec.RunID, "sandbox", rec.Sandbox, "err", err)
+			}
+			return sb, nil, agent.RunStatus{}, fmt.Errorf("its start died before it spawned the command: %w", ErrUnknownRun)
+		}
+		rec.Spawned = true
+		if err := writeRecord(dir, rec); err != nil {
+			a.Close()
+			return sb, nil, agent.RunStatus{}, err
+		}
+		l.cfg.Logger.Info("run whose start died after the spawn adopted", "run_id", rec.RunID, "state", st.State.String())
+	}
+	return sb, a, st, nil
 }
 
 // maxFinishAttempts bounds how often a run whose pull or session save
@@ -609,12 +810,12 @@ func ignore(err, target error) error {
 // Stop ends the run's command: SIGTERM to its process group, SIGKILL when
 // it has not exited within timeout (5 seconds when not positive, as
 // Rascal's Docker launcher has it); then it pulls the artifacts and saves
-// the session as Inspect does. A run that has finished is left as it is.
+// the sessions as Inspect does. A run that has finished is left as it is.
 func (l *Launcher) Stop(ctx context.Context, h Handle, timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
-	_, dir, err := l.runOf(h)
+	dir, err := l.runOf(h)
 	if err != nil {
 		return err
 	}
@@ -633,19 +834,19 @@ func (l *Launcher) Stop(ctx context.Context, h Handle, timeout time.Duration) er
 	if rec, err = readRecord(dir); err != nil || rec.Finished {
 		return err
 	}
-	sb := l.sandbox(rec.Sandbox)
-	a, err := l.connect(ctx, sb)
-	if errors.Is(err, relay.ErrNotFound) {
-		_, err = l.finish(ctx, dir, rec, sb, nil, agent.RunStatus{State: agent.RunLost})
+	sb, a, st, err := l.attach(ctx, dir, rec)
+	if err != nil {
+		return fmt.Errorf("stop run %s: %w", rec.RunID, err)
+	}
+	if a == nil {
+		_, err = l.finish(ctx, dir, rec, sb, nil, st)
 		return err
 	}
-	if err != nil {
-		return fmt.Errorf("stop run %s: %w", rec.RunID, err)
-	}
 	defer a.Close()
-	st, err := stopCommand(ctx, a.Agent(), rec.StateDir, timeout)
-	if err != nil {
-		return fmt.Errorf("stop run %s: %w", rec.RunID, err)
+	if !ended(st) {
+		if st, err = stopCommand(ctx, a.Agent(), rec.StateDir, timeout); err != nil {
+			return fmt.Errorf("stop run %s: %w", rec.RunID, err)
+		}
 	}
 	l.cfg.Logger.Info("run stopped", "run_id", rec.RunID, "exit_code", st.ExitCode, "state", st.State.String())
 	_, err = l.finish(ctx, dir, rec, sb, a, st)
@@ -693,28 +894,37 @@ func waitEnded(ctx context.Context, c *agent.Client, stateDir string, d time.Dur
 	}
 }
 
-// Remove deletes the run's sandbox; one that is already gone is no error.
-// A command still running is killed first, so that nothing writes into
-// the sandbox as it goes; its artifacts are then lost (Stop keeps them).
-// The run directory and its record stay.
+// Remove deletes the run's sandbox; one that is already gone, or a
+// handle no run answers to, is no error (as docker rm -f). A command still
+// running is killed first, so that nothing writes into the sandbox as it
+// goes; its artifacts are then lost (Stop keeps them). The run directory,
+// its record and the handle's index entry stay: Inspect still reports
+// how the run ended.
 func (l *Launcher) Remove(ctx context.Context, h Handle) error {
-	_, dir, err := l.runOf(h)
-	if err != nil {
-		return err
+	key := handleKey(h)
+	if key == "" {
+		return nil
 	}
-	name := SandboxName(Handle{Name: "rascal-" + filepath.Base(dir)})
-	if rec, err := readRecord(dir); err == nil && !rec.Finished {
-		kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		if a, err := l.connect(kctx, l.sandbox(name)); err == nil {
-			if _, err := a.Agent().Signal(kctx, rec.StateDir, true); err == nil {
-				waitEnded(kctx, a.Agent(), rec.StateDir, killWait)
+	name := SandboxName(h)
+	if dir, err := l.runOf(h); err == nil {
+		if rec, err := readRecord(dir); err == nil {
+			name = rec.Sandbox
+			if !rec.Finished {
+				kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				if a, err := l.connect(kctx, l.sandbox(name)); err == nil {
+					if _, err := a.Agent().Signal(kctx, rec.StateDir, true); err == nil {
+						waitEnded(kctx, a.Agent(), rec.StateDir, killWait)
+					}
+					a.Close()
+				}
+				cancel()
 			}
-			a.Close()
 		}
-		cancel()
+	} else if !errors.Is(err, ErrUnknownRun) {
+		return fmt.Errorf("remove run %s: %w", key, err)
 	}
 	if err := l.cfg.Sandboxes.Delete(ctx, name); err != nil && !errors.Is(err, relay.ErrNotFound) {
-		return fmt.Errorf("remove run %s: %w", h.Name, err)
+		return fmt.Errorf("remove run %s: %w", key, err)
 	}
 	l.cfg.Logger.Info("sandbox removed", "sandbox", name)
 	return nil

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,7 +25,63 @@ const (
 	// or finishes the run, so that two never pull and save one run at
 	// once. The kernel lets go of it when its process dies.
 	launchLockFile = ".ferry-launch.lock"
+	// handleIndexDir, in the Launcher's RunsDir, maps a handle's name to
+	// its run directory: a file per name, handleEntry, since a run
+	// directory is the caller's to choose and a name cannot be turned
+	// back into a run id.
+	handleIndexDir = ".ferry-handles"
 )
+
+// handleEntry is a handle's entry in the index.
+type handleEntry struct {
+	RunID  string `json:"run_id"`
+	RunDir string `json:"run_dir"`
+}
+
+// writeIndex records that the handle name is the run runID in dir. A name
+// already taken by another run is an error: two run ids that sanitize to
+// one name cannot both run.
+func writeIndex(runsDir, name, runID, dir string) error {
+	idx := filepath.Join(runsDir, handleIndexDir)
+	if err := os.MkdirAll(idx, 0o755); err != nil {
+		return fmt.Errorf("write handle index: %w", err)
+	}
+	p := filepath.Join(idx, name+".json")
+	if b, err := os.ReadFile(p); err == nil {
+		var e handleEntry
+		if json.Unmarshal(b, &e) == nil && e.RunDir == dir && e.RunID == runID {
+			return nil
+		}
+		if e.RunID != runID {
+			return fmt.Errorf("handle %s is run %s's, not %s's", name, e.RunID, runID)
+		}
+	}
+	b, err := json.Marshal(handleEntry{RunID: runID, RunDir: dir})
+	if err != nil {
+		return fmt.Errorf("write handle index: %w", err)
+	}
+	return writeFileAtomic(idx, name+".json", append(b, '\n'))
+}
+
+// readIndex is the run directory of the handle name; a name the index
+// does not hold is ErrUnknownRun.
+func readIndex(runsDir, name string) (string, error) {
+	if strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+		return "", fmt.Errorf("handle %q: %w", name, ErrUnknownRun)
+	}
+	b, err := os.ReadFile(filepath.Join(runsDir, handleIndexDir, name+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("handle %s: %w", name, ErrUnknownRun)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read handle index: %w", err)
+	}
+	var e handleEntry
+	if err := json.Unmarshal(b, &e); err != nil || e.RunDir == "" {
+		return "", fmt.Errorf("read handle index entry %s: bad entry %q", name, b)
+	}
+	return e.RunDir, nil
+}
 
 // launchRecord is .ferry-launch.json.
 type launchRecord struct {
@@ -34,6 +91,10 @@ type launchRecord struct {
 	StateDir string           `json:"state_dir"`
 	Sessions []SessionMapping `json:"sessions,omitempty"`
 	Started  time.Time        `json:"started"`
+	// Spawned: the command was spawned. A record without it is a start's
+	// intent, written before anything else: the start is under way (it
+	// holds the lock) or died, before the spawn or after it.
+	Spawned bool `json:"spawned"`
 
 	// Finished: the command has ended, the artifacts are in the run
 	// directory and the sessions are saved (or finishing was given up
@@ -67,20 +128,29 @@ func readRecord(dir string) (*launchRecord, error) {
 	return &rec, nil
 }
 
-// writeRecord replaces the run directory's record atomically (a synced
-// temporary file renamed over it), so that a reader, or a Launcher after a
-// crash, finds the old record or the new one, whole.
+// writeRecord replaces the run directory's record atomically, so that a
+// reader, or a Launcher after a crash, finds the old record or the new
+// one, whole.
 func writeRecord(dir string, rec *launchRecord) error {
 	b, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
 		return fmt.Errorf("write run record: %w", err)
 	}
-	f, err := os.CreateTemp(dir, launchRecordFile+".tmp-")
-	if err != nil {
+	if err := writeFileAtomic(dir, launchRecordFile, append(b, '\n')); err != nil {
 		return fmt.Errorf("write run record: %w", err)
 	}
+	return nil
+}
+
+// writeFileAtomic replaces dir/name with data: a synced temporary file
+// renamed over it, then the directory synced.
+func writeFileAtomic(dir, name string, data []byte) error {
+	f, err := os.CreateTemp(dir, name+".tmp-")
+	if err != nil {
+		return err
+	}
 	tmp := f.Name()
-	_, err = f.Write(append(b, '\n'))
+	_, err = f.Write(data)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -91,11 +161,11 @@ func writeRecord(dir string, rec *launchRecord) error {
 		err = os.Chmod(tmp, 0o644)
 	}
 	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, launchRecordFile))
+		err = os.Rename(tmp, filepath.Join(dir, name))
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("write run record: %w", err)
+		return err
 	}
 	if d, err := os.Open(dir); err == nil {
 		d.Sync()

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -181,7 +182,18 @@ func newRun(t *testing.T, runs, id string, env map[string]string) ferry.LaunchSp
 	for k, v := range env {
 		e[k] = v
 	}
-	return ferry.LaunchSpec{RunID: id, TaskID: testTask, Repo: testRepo, Runtime: "codex", Argv: []string{"sh", "-c", workerScript}, Env: e}
+	return ferry.LaunchSpec{
+		RunID:    id,
+		Inputs:   []string{"instructions.md", "context.json", "persistent_instructions.md", "runner.log", "codex"},
+		Secrets:  []string{"gh_token", "codex_auth.json", "claude_oauth_token"},
+		Sessions: []ferry.SessionMapping{{Key: session.TaskKey(testRepo, testTask), Remote: "rascal-codex-session"}},
+		Dirs:     []string{"work"},
+		Argv:     []string{"sh", "-c", workerScript}, Env: e,
+		PathEnv: map[string]string{
+			"RASCAL_META_DIR": "${META}", "RASCAL_WORK_ROOT": "${WORK}", "RASCAL_REPO_DIR": "${WORK}/repo",
+			"CODEX_HOME": "${WORKSPACE}/rascal-codex-session", "GH_TOKEN_FILE": "${SECRETS}/gh_token",
+		},
+	}
 }
 
 // inspectUntilDone polls Inspect every second, as rascald does, for at
@@ -256,7 +268,7 @@ func TestLauncherRascalContract(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if h.Name != "rascal-"+tc.id || h.ID != tc.id || h.Backend != "ferry" {
+			if h.Name != "rascal-"+tc.id || h.ID != h.Name || h.Backend != "ferry" {
 				t.Fatalf("handle %+v", h)
 			}
 			s := inspectUntilDone(t, l, h)
@@ -367,7 +379,7 @@ func TestLauncherIdempotentStart(t *testing.T) {
 	if err := l.Remove(ctx(t), h); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.StartDetached(ctx(t), ferry.LaunchSpec{RunID: "Bad_ID", Argv: []string{"true"}}); !errors.Is(err, ferry.ErrInvalidRunID) {
+	if _, err := l.StartDetached(ctx(t), ferry.LaunchSpec{RunID: " ", Argv: []string{"true"}}); !errors.Is(err, ferry.ErrInvalidRunID) {
 		t.Fatalf("bad run id: %v", err)
 	}
 	if _, err := l.Inspect(ctx(t), ferry.Handle{Name: "rascal-never"}); !errors.Is(err, ferry.ErrUnknownRun) {
@@ -664,6 +676,9 @@ func TestSandboxName(t *testing.T) {
 	}{
 		{ferry.Handle{Name: "rascal-42"}, "rascal-42"},
 		{ferry.Handle{Name: "rascal-123456789012"}, "rascal-123456789012"},
+		// Rascal's run ids: an "_" is no DNS label, and they are long.
+		{ferry.Handle{Name: "rascal-a_b"}, ferry.SandboxName(ferry.Handle{Name: "rascal-a_b"})},
+		{ferry.Handle{ID: "rascal-run_0123456789abcdef", Name: "rascal-run_0123456789abcdef"}, ferry.SandboxName(ferry.Handle{Name: "rascal-run_0123456789abcdef"})},
 		{long, ferry.SandboxName(long)},
 	} {
 		got := ferry.SandboxName(tc.h)
@@ -676,5 +691,98 @@ func TestSandboxName(t *testing.T) {
 	}
 	if got := ferry.SandboxName(ferry.Handle{Name: "rascal-ab-0123456789abcdef"}); strings.Contains(got, "--") {
 		t.Errorf("fitted name %q has a double dash", got)
+	}
+}
+
+// TestLauncherWorkdirAndDeadStart: a working directory that is not there
+// fails the start with a *WorkdirError naming it, before anything is
+// spawned; the start's intent is then all there is, so Inspect says
+// ErrUnknownRun (and deletes the sandbox the start made), and a new start
+// with the directory in Dirs starts the run. The run directory is the
+// spec's, outside RunsDir, and its id is Rascal's, which no sandbox name
+// allows as it is.
+func TestLauncherWorkdirAndDeadStart(t *testing.T) {
+	e := newLaunchEnv(t)
+	l := newLauncher(t, e.c, e.runs, e.st)
+	elsewhere := t.TempDir()
+	const id = "run_0123456789ABCDEF"
+	spec := newRun(t, elsewhere, id, nil)
+	spec.RunDir = filepath.Join(elsewhere, id)
+	spec.Workdir = "work/repo"
+	_, err := l.StartDetached(ctx(t), spec)
+	var we *ferry.WorkdirError
+	if !errors.As(err, &we) || we.Dir != "work/repo" {
+		t.Fatalf("start without its workdir: %v, want a *WorkdirError for work/repo", err)
+	}
+	h, err := l.HandleFor(id)
+	if err != nil || h.Name != "rascal-run_0123456789abcdef" || h.ID != h.Name {
+		t.Fatalf("handle %+v %v", h, err)
+	}
+	ws := filepath.Join(e.g.Root, ferry.SandboxName(h))
+	if _, err := os.Stat(ws); err != nil {
+		t.Fatalf("the failed start made no sandbox: %v", err)
+	}
+	if _, err := l.Inspect(ctx(t), h); !errors.Is(err, ferry.ErrUnknownRun) {
+		t.Fatalf("inspect of a start that spawned nothing: %v, want ErrUnknownRun", err)
+	}
+	if err := l.Stop(ctx(t), h, time.Second); !errors.Is(err, ferry.ErrUnknownRun) {
+		t.Fatalf("stop of a start that spawned nothing: %v, want ErrUnknownRun", err)
+	}
+	if _, err := os.Stat(ws); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the sandbox of a dead start is still there: %v", err)
+	}
+	spec.Dirs = append(spec.Dirs, "work/repo")
+	if _, err := l.StartDetached(ctx(t), spec); err != nil {
+		t.Fatal(err)
+	}
+	if s := inspectUntilDone(t, l, h); s.ExitCode != 0 {
+		t.Fatalf("exit code %d", s.ExitCode)
+	}
+	if m := metaOf(t, elsewhere, id); m["work_root"] != filepath.Join(ws, "work") || m["token_len"] != float64(len(testSecret)) {
+		t.Fatalf("meta.json in the spec's run directory: %v", m)
+	}
+	if _, err := os.Stat(filepath.Join(e.runs, id)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a run directory under RunsDir: %v", err)
+	}
+	if err := l.Remove(ctx(t), h); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLauncherCrashAfterSpawn: the start dies after the spawn and before
+// its record says so (the crash point ends its goroutine, as a killed
+// process ends); another Launcher adopts the command from what the
+// sandbox's supervisor reports, and it ran once.
+func TestLauncherCrashAfterSpawn(t *testing.T) {
+	e := newLaunchEnv(t)
+	spawned := false
+	crashing, err := ferry.NewLauncher(ferry.LauncherConfig{
+		Sandboxes: e.c, X: e.c, RunsDir: e.runs, Store: e.st, Agents: agenttest.Bundle(t), Mode: transfer.ModeAgent,
+		AfterSpawn: func(string) { spawned = true; runtime.Goexit() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := newRun(t, e.runs, "crash", map[string]string{"EXIT": "4"})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		crashing.StartDetached(ctx(t), spec)
+		t.Error("StartDetached went past its crash point")
+	}()
+	<-done
+	if !spawned {
+		t.Fatal("the crash point was not reached")
+	}
+	l := newLauncher(t, e.c, e.runs, e.st)
+	h, _ := l.HandleFor("crash")
+	if s := inspectUntilDone(t, l, h); s.ExitCode != 4 {
+		t.Fatalf("exit code %d, want 4", s.ExitCode)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.g.Root, ferry.SandboxName(h), "starts")); string(b) != "x\n" {
+		t.Fatalf("the command started %d times", strings.Count(string(b), "x"))
+	}
+	if err := l.Remove(ctx(t), h); err != nil {
+		t.Fatal(err)
 	}
 }
