@@ -16,6 +16,8 @@ import (
 func TestWireBehindAPI(t *testing.T) {
 	for _, tc := range []struct{ dir, wire string }{
 		{"relay/openshell", module + "/proto/openshell/"},
+		{"transfer/agent", module + "/proto/ferry/agent/"},
+		{"session", module + "/proto/ferry/agent/"},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
 			exported := checkWireBehindAPI(t, tc.dir, tc.wire)
