@@ -126,6 +126,10 @@ func TestAgentKilledMidTransfer(t *testing.T) {
 				t.Fatalf("%s succeeded with its agent killed", dir)
 			}
 			t.Logf("%s with the agent killed: %v", dir, err)
+			var xe *agent.ExitedError
+			if !errors.Is(err, agent.ErrExited) || !errors.As(err, &xe) || xe.Code == 0 {
+				t.Fatalf("%s with the agent killed: %v, want an *agent.ExitedError with its exit status", dir, err)
+			}
 			if dir == "upload" {
 				if _, err := os.Lstat(filepath.Join(e.root, "up")); !os.IsNotExist(err) {
 					t.Fatalf("killed upload left up in place (%v)", err)

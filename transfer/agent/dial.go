@@ -329,6 +329,28 @@ func decodeZstd(z []byte) ([]byte, error) {
 	return d.DecodeAll(z, nil)
 }
 
+// ErrExited means the agent's process ended under the host: it crashed,
+// was killed (out of memory, by the sandbox), or exited non-zero when
+// closed. Whatever it was writing is left for the host to clean up.
+var ErrExited = errors.New("agent: exited")
+
+// ExitedError is how an agent's process ended: its exit status and the
+// end of what it wrote to stderr. It matches ErrExited.
+type ExitedError struct {
+	Code   int
+	Stderr string
+}
+
+func (e *ExitedError) Error() string {
+	s := fmt.Sprintf("agent exited: exit %d", e.Code)
+	if e.Stderr != "" {
+		s += ": " + e.Stderr
+	}
+	return s
+}
+
+func (e *ExitedError) Is(target error) bool { return target == ErrExited }
+
 // execution is how the agent's exec ended.
 type execution struct {
 	mu     sync.Mutex
@@ -357,7 +379,7 @@ func (x *execution) err() error {
 	case x.xerr != nil:
 		return x.xerr
 	default:
-		return fmt.Errorf("agent exited: %s", x.desc())
+		return &ExitedError{Code: x.code, Stderr: clip(x.stderr)}
 	}
 }
 
@@ -370,7 +392,7 @@ func (x *execution) closeErr() error {
 		return x.xerr
 	}
 	if x.code != 0 {
-		return fmt.Errorf("agent exited: %s", x.desc())
+		return &ExitedError{Code: x.code, Stderr: clip(x.stderr)}
 	}
 	return nil
 }

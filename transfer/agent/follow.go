@@ -90,5 +90,5 @@ func (c *Client) followErr(ctx context.Context, err error) error {
 // opposed to the agent refusing the request: the same request on a new
 // connection may succeed.
 func IsConnLost(err error) bool {
-	return errors.Is(err, relay.ErrRelayLost) || status.Code(err) == codes.Unavailable
+	return errors.Is(err, relay.ErrRelayLost) || errors.Is(err, ErrExited) || status.Code(err) == codes.Unavailable
 }
