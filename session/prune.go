@@ -150,20 +150,13 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 	if err != nil {
 		return nil, err
 	}
-	// used collects the chunks of the snapshots that stay; seen names the
-	// manifests already in it, with their object's ModTime and size: a
-	// committed manifest never changes, so the second pass below reads
-	// only what is new (or was removed and committed again).
-	used := map[ID]bool{}
-	seen := map[string]objectStamp{}
-	// dropped names the snapshot objects removed (or, in a dry run, that
-	// would be).
-	dropped := map[string]bool{}
+	p := &pruning{s: s, lk: lk, opts: opts, now: now, used: map[ID]bool{}, seen: map[string]objectStamp{}, dropped: map[string]bool{}, rep: rep}
+	used, seen, dropped := p.used, p.seen, p.dropped
 	for _, k := range keys {
 		if opts.Key != "" && k != opts.Key {
 			continue
 		}
-		if err := s.pruneKey(ctx, lk, k, opts, now, inFlight[k] || unknown != "", used, seen, dropped, rep); err != nil {
+		if err := p.key(ctx, k, inFlight[k] || unknown != ""); err != nil {
 			return rep, err
 		}
 	}
@@ -200,7 +193,7 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 	}
 	if unknown != "" {
 		rep.ChunksKept = fmt.Sprintf("the save lock %s cannot be read", unknown)
-	} else if err := s.pruneChunks(ctx, lk, used, cutoff, opts.DryRun, rep); err != nil {
+	} else if err := p.chunks(ctx, cutoff); err != nil {
 		return rep, err
 	}
 	if opts.DryRun {
@@ -240,11 +233,30 @@ func (r *PruneReport) addUnreadable(ref SnapshotRef, err error) {
 	r.Unreadable = append(r.Unreadable, BrokenSnapshot{SnapshotRef: ref, Err: err.Error()})
 }
 
-// pruneKey removes the snapshots of key that opts select, but not the
+// pruning is one Prune's state, shared by its passes.
+type pruning struct {
+	s    *Store
+	lk   *lock
+	opts PruneOptions
+	now  time.Time
+	// used collects the chunks of the snapshots that stay; seen names
+	// the manifests already in it, with their object's ModTime and size:
+	// a committed manifest never changes, so Prune's second pass reads
+	// only what is new (or was removed and committed again).
+	used map[ID]bool
+	seen map[string]objectStamp
+	// dropped names the snapshot objects removed (or, in a dry run, that
+	// would be).
+	dropped map[string]bool
+	rep     *PruneReport
+}
+
+// key removes the snapshots of key that the options select, but not the
 // newest readable one when a save of key is in flight (busy), and adds
 // the chunks of those it keeps to used, naming them in seen. It holds the
 // chunk lists of one key's snapshots at a time.
-func (s *Store) pruneKey(ctx context.Context, lk *lock, key string, opts PruneOptions, now time.Time, busy bool, used map[ID]bool, seen map[string]objectStamp, dropped map[string]bool, rep *PruneReport) error {
+func (p *pruning) key(ctx context.Context, key string, busy bool) error {
+	s, lk, opts, now, rep := p.s, p.lk, p.opts, p.now, p.rep
 	objs, err := s.snapshots(ctx, key)
 	if err != nil {
 		return err
@@ -300,10 +312,10 @@ func (s *Store) pruneKey(ctx context.Context, lk *lock, key string, opts PruneOp
 	}
 	keep := func(sn snap) {
 		for _, id := range sn.chunks {
-			used[id] = true
+			p.used[id] = true
 		}
 		if sn.ok {
-			seen[sn.Name] = stampOf(sn.ObjectInfo)
+			p.seen[sn.Name] = stampOf(sn.ObjectInfo)
 		}
 	}
 	for _, sn := range snaps {
@@ -329,16 +341,17 @@ func (s *Store) pruneKey(ctx context.Context, lk *lock, key string, opts PruneOp
 				return fmt.Errorf("prune: remove snapshot %d of %s: %w", sn.Seq, key, err)
 			}
 		}
-		dropped[sn.Name] = true
+		p.dropped[sn.Name] = true
 		rep.Snapshots = append(rep.Snapshots, ref)
 	}
 	return nil
 }
 
-// pruneChunks removes the loose chunks and the packs that used does not
-// hold and whose objects were last written before cutoff; with dry, it
+// chunks removes the loose chunks and the packs that used does not hold
+// and whose objects were last written before cutoff; in a dry run, it
 // only counts them.
-func (s *Store) pruneChunks(ctx context.Context, lk *lock, used map[ID]bool, cutoff time.Time, dry bool, rep *PruneReport) error {
+func (p *pruning) chunks(ctx context.Context, cutoff time.Time) error {
+	s, lk, used, dry, rep := p.s, p.lk, p.used, p.opts.DryRun, p.rep
 	var drop []ObjectInfo
 	err := s.b.List(ctx, chunkPrefix, func(o ObjectInfo) error {
 		if id, ok := parseChunkName(o.Name); ok && !used[id] && o.ModTime.Before(cutoff) {
@@ -361,16 +374,17 @@ func (s *Store) pruneChunks(ctx context.Context, lk *lock, used map[ID]bool, cut
 		rep.Chunks++
 		rep.StoredBytes += o.Size
 	}
-	return s.prunePacks(ctx, lk, used, cutoff, dry, rep)
+	return p.packs(ctx, cutoff)
 }
 
-// prunePacks removes the packs none of whose chunks is in used and whose
+// packs removes the packs none of whose chunks is in used and whose
 // pack and index objects were both last Put before cutoff: the index
 // object first, so that no reader is sent to a pack that is gone. A pack
 // some of whose chunks are used stays whole (Prune does not repack). The
 // chunks of a pack without a readable index object are read from its
 // trailer; a pack whose content cannot be known at all stays.
-func (s *Store) prunePacks(ctx context.Context, lk *lock, used map[ID]bool, cutoff time.Time, dry bool, rep *PruneReport) error {
+func (p *pruning) packs(ctx context.Context, cutoff time.Time) error {
+	s, lk, used, dry, rep := p.s, p.lk, p.used, p.opts.DryRun, p.rep
 	if err := s.refreshView(ctx, false); err != nil {
 		return fmt.Errorf("prune: %w", err)
 	}
