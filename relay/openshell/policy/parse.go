@@ -110,11 +110,13 @@ func join(key, field string) string {
 	return key + "." + field
 }
 
-// field reads one value of a mapping. A null value is the field's
-// default, as an omitted key is.
+// field reads one value of a mapping. A null value is the default of a
+// section, list or map, as an omitted key is (serde's Option and
+// default); a scalar field reads it as it reads any other value.
 type field struct {
 	read     func(n *yaml.Node, key string) error
 	required bool
+	scalar   bool
 }
 
 // fields reads the mapping n, refusing keys not in fs, a key twice, and a
@@ -147,7 +149,7 @@ func (p *parser) fields(n *yaml.Node, key string, fs map[string]field) error {
 		if err != nil {
 			return err
 		}
-		if isNull(v) {
+		if isNull(v) && !f.scalar {
 			if f.required {
 				return p.errorf(v, child, "must not be null")
 			}
@@ -215,10 +217,23 @@ func (p *parser) items(n *yaml.Node, key string, each func(v *yaml.Node, key str
 	return nil
 }
 
-// str reads a string. Any scalar is one, as for serde: `name: 42` is "42".
+// str reads a string. Any scalar is one, as its text, as for serde_yaml:
+// `name: 42` is "42" and `name: ~` is "~".
 func (p *parser) str(dst *string) func(*yaml.Node, string) error {
 	return func(n *yaml.Node, key string) error {
-		if n.Kind != yaml.ScalarNode || isNull(n) {
+		if n.Kind != yaml.ScalarNode {
+			return p.errorf(n, key, "expected a string, got %s", kindName(n))
+		}
+		*dst = n.Value
+		return nil
+	}
+}
+
+// glob reads a string inside a matcher, which upstream reads through an
+// untagged enum: there a number, a boolean or null is not a string.
+func (p *parser) glob(dst *string) func(*yaml.Node, string) error {
+	return func(n *yaml.Node, key string) error {
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
 			return p.errorf(n, key, "expected a string, got %s", kindName(n))
 		}
 		*dst = n.Value
@@ -227,10 +242,14 @@ func (p *parser) str(dst *string) func(*yaml.Node, string) error {
 }
 
 func (p *parser) strs(dst *[]string) func(*yaml.Node, string) error {
+	return p.list(dst, p.str)
+}
+
+func (p *parser) list(dst *[]string, elem func(*string) func(*yaml.Node, string) error) func(*yaml.Node, string) error {
 	return func(n *yaml.Node, key string) error {
 		return p.items(n, key, func(v *yaml.Node, key string) error {
 			var s string
-			if err := p.str(&s)(v, key); err != nil {
+			if err := elem(&s)(v, key); err != nil {
 				return err
 			}
 			*dst = append(*dst, s)
@@ -271,10 +290,12 @@ func (p *parser) optBool(dst **bool) func(*yaml.Node, string) error {
 // integer reads a YAML integer in [lo, hi]; what for the error says the
 // Rust type upstream reads it into.
 func (p *parser) integer(n *yaml.Node, key, what string, lo, hi int64) (int64, error) {
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
+	// yaml.v3 reads 1_000 as YAML 1.1 did; upstream's YAML 1.2 parser
+	// reads a string.
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || strings.Contains(n.Value, "_") {
 		return 0, p.errorf(n, key, "expected an integer (%s), got %s", what, kindName(n))
 	}
-	v, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
+	v, err := strconv.ParseInt(n.Value, 0, 64)
 	if err != nil || v < lo || v > hi {
 		return 0, p.errorf(n, key, "integer %s out of range for %s (%d to %d)", n.Value, what, lo, hi)
 	}
@@ -368,12 +389,12 @@ func yamlError(err error) error {
 func (p *parser) policy(n *yaml.Node) (*sandboxv1.SandboxPolicy, error) {
 	pb := &sandboxv1.SandboxPolicy{}
 	err := p.fields(n, "", map[string]field{
-		"version": {read: p.u32(&pb.Version), required: true},
+		"version": {read: p.u32(&pb.Version), required: true, scalar: true},
 		"filesystem_policy": {read: func(n *yaml.Node, key string) error {
 			fs := &sandboxv1.FilesystemPolicy{}
 			pb.Filesystem = fs
 			return p.fields(n, key, map[string]field{
-				"include_workdir": {read: p.boolean(&fs.IncludeWorkdir)},
+				"include_workdir": {read: p.boolean(&fs.IncludeWorkdir), scalar: true},
 				"read_only":       {read: p.strs(&fs.ReadOnly)},
 				"read_write":      {read: p.strs(&fs.ReadWrite)},
 			})
@@ -381,14 +402,14 @@ func (p *parser) policy(n *yaml.Node) (*sandboxv1.SandboxPolicy, error) {
 		"landlock": {read: func(n *yaml.Node, key string) error {
 			ll := &sandboxv1.LandlockPolicy{}
 			pb.Landlock = ll
-			return p.fields(n, key, map[string]field{"compatibility": {read: p.str(&ll.Compatibility)}})
+			return p.fields(n, key, map[string]field{"compatibility": {read: p.str(&ll.Compatibility), scalar: true}})
 		}},
 		"process": {read: func(n *yaml.Node, key string) error {
 			pr := &sandboxv1.ProcessPolicy{}
 			pb.Process = pr
 			return p.fields(n, key, map[string]field{
-				"run_as_user":  {read: p.str(&pr.RunAsUser)},
-				"run_as_group": {read: p.str(&pr.RunAsGroup)},
+				"run_as_user":  {read: p.str(&pr.RunAsUser), scalar: true},
+				"run_as_group": {read: p.str(&pr.RunAsGroup), scalar: true},
 			})
 		}},
 		"network_policies": {read: func(n *yaml.Node, key string) error {
@@ -427,7 +448,7 @@ func (p *parser) rule(name string, n *yaml.Node, key string) (*sandboxv1.Network
 		return nil, p.errorf(n, key, "expected a mapping, got null")
 	}
 	err := p.fields(n, key, map[string]field{
-		"name": {read: p.str(&rule.Name)},
+		"name": {read: p.str(&rule.Name), scalar: true},
 		"endpoints": {read: func(n *yaml.Node, key string) error {
 			return p.items(n, key, func(v *yaml.Node, key string) error {
 				ep, err := p.endpoint(v, key)
@@ -441,8 +462,8 @@ func (p *parser) rule(name string, n *yaml.Node, key string) (*sandboxv1.Network
 				var harness bool // deprecated upstream: read and dropped
 				rule.Binaries = append(rule.Binaries, b)
 				return p.fields(v, key, map[string]field{
-					"path":    {read: p.str(&b.Path), required: true},
-					"harness": {read: p.boolean(&harness)},
+					"path":    {read: p.str(&b.Path), required: true, scalar: true},
+					"harness": {read: p.boolean(&harness), scalar: true},
 				})
 			})
 		}},
@@ -462,9 +483,9 @@ func (p *parser) endpoint(n *yaml.Node, key string) (*sandboxv1.NetworkEndpoint,
 		mcp                      sandboxv1.McpOptions
 	)
 	err := p.fields(n, key, map[string]field{
-		"host": {read: p.str(&ep.Host)},
-		"path": {read: p.str(&ep.Path)},
-		"port": {read: p.port(&port)},
+		"host": {read: p.str(&ep.Host), scalar: true},
+		"path": {read: p.str(&ep.Path), scalar: true},
+		"port": {read: p.port(&port), scalar: true},
 		"ports": {read: func(n *yaml.Node, key string) error {
 			return p.items(n, key, func(v *yaml.Node, key string) error {
 				var port uint32
@@ -473,10 +494,10 @@ func (p *parser) endpoint(n *yaml.Node, key string) (*sandboxv1.NetworkEndpoint,
 				return err
 			})
 		}},
-		"protocol":    {read: p.str(&ep.Protocol)},
-		"tls":         {read: p.str(&ep.Tls)},
-		"enforcement": {read: p.str(&ep.Enforcement)},
-		"access":      {read: p.str(&ep.Access)},
+		"protocol":    {read: p.str(&ep.Protocol), scalar: true},
+		"tls":         {read: p.str(&ep.Tls), scalar: true},
+		"enforcement": {read: p.str(&ep.Enforcement), scalar: true},
+		"access":      {read: p.str(&ep.Access), scalar: true},
 		"rules": {read: func(n *yaml.Node, key string) error {
 			return p.items(n, key, func(v *yaml.Node, key string) error {
 				r := &sandboxv1.L7Rule{}
@@ -497,11 +518,11 @@ func (p *parser) endpoint(n *yaml.Node, key string) (*sandboxv1.NetworkEndpoint,
 				return err
 			})
 		}},
-		"allow_encoded_slash":             {read: p.boolean(&ep.AllowEncodedSlash)},
-		"websocket_credential_rewrite":    {read: p.boolean(&ep.WebsocketCredentialRewrite)},
-		"request_body_credential_rewrite": {read: p.boolean(&ep.RequestBodyCredentialRewrite)},
-		"allow_uninspected_credentials":   {read: p.boolean(&ep.AllowUninspectedCredentials)},
-		"persisted_queries":               {read: p.str(&ep.PersistedQueries)},
+		"allow_encoded_slash":             {read: p.boolean(&ep.AllowEncodedSlash), scalar: true},
+		"websocket_credential_rewrite":    {read: p.boolean(&ep.WebsocketCredentialRewrite), scalar: true},
+		"request_body_credential_rewrite": {read: p.boolean(&ep.RequestBodyCredentialRewrite), scalar: true},
+		"allow_uninspected_credentials":   {read: p.boolean(&ep.AllowUninspectedCredentials), scalar: true},
+		"persisted_queries":               {read: p.str(&ep.PersistedQueries), scalar: true},
 		"graphql_persisted_queries": {read: func(n *yaml.Node, key string) error {
 			return p.entries(n, key, func(name string, v *yaml.Node, key string) error {
 				op := &sandboxv1.GraphqlOperation{}
@@ -510,29 +531,29 @@ func (p *parser) endpoint(n *yaml.Node, key string) (*sandboxv1.NetworkEndpoint,
 				}
 				ep.GraphqlPersistedQueries[name] = op
 				return p.fields(v, key, map[string]field{
-					"operation_type": {read: p.str(&op.OperationType)},
-					"operation_name": {read: p.str(&op.OperationName)},
+					"operation_type": {read: p.str(&op.OperationType), scalar: true},
+					"operation_name": {read: p.str(&op.OperationName), scalar: true},
 					"fields":         {read: p.strs(&op.Fields)},
 				})
 			})
 		}},
-		"graphql_max_body_bytes": {read: p.u32(&ep.GraphqlMaxBodyBytes)},
-		"credential_signing":     {read: p.str(&ep.CredentialSigning)},
-		"signing_service":        {read: p.str(&ep.SigningService)},
-		"signing_region":         {read: p.str(&ep.SigningRegion)},
+		"graphql_max_body_bytes": {read: p.u32(&ep.GraphqlMaxBodyBytes), scalar: true},
+		"credential_signing":     {read: p.str(&ep.CredentialSigning), scalar: true},
+		"signing_service":        {read: p.str(&ep.SigningService), scalar: true},
+		"signing_region":         {read: p.str(&ep.SigningRegion), scalar: true},
 		"credential_binding": {read: func(n *yaml.Node, key string) error {
 			b := &sandboxv1.NetworkCredentialBinding{}
 			ep.CredentialBinding = b
-			return p.fields(n, key, map[string]field{"provider": {read: p.str(&b.Provider), required: true}})
+			return p.fields(n, key, map[string]field{"provider": {read: p.str(&b.Provider), required: true, scalar: true}})
 		}},
 		"json_rpc": {read: func(n *yaml.Node, key string) error {
 			hasRPC = true
-			return p.fields(n, key, map[string]field{"max_body_bytes": {read: p.u32(&rpcBytes)}})
+			return p.fields(n, key, map[string]field{"max_body_bytes": {read: p.u32(&rpcBytes), scalar: true}})
 		}},
 		"mcp": {read: func(n *yaml.Node, key string) error {
 			hasMCP = true
 			return p.fields(n, key, map[string]field{
-				"max_body_bytes":              {read: p.u32(&mcpBytes)},
+				"max_body_bytes":              {read: p.u32(&mcpBytes), scalar: true},
 				"strict_tool_names":           {read: p.optBool(&mcp.StrictToolNames)},
 				"allow_all_known_mcp_methods": {read: p.optBool(&mcp.AllowAllKnownMcpMethods)},
 			})
@@ -571,11 +592,11 @@ func (p *parser) l7(n *yaml.Node, key string) (*sandboxv1.L7DenyRule, error) {
 	var tool *sandboxv1.L7QueryMatcher
 	params := map[string]*sandboxv1.L7QueryMatcher{}
 	err := p.fields(n, key, map[string]field{
-		"method":         {read: p.str(&r.Method)},
-		"path":           {read: p.str(&r.Path)},
-		"command":        {read: p.str(&r.Command)},
-		"operation_type": {read: p.str(&r.OperationType)},
-		"operation_name": {read: p.str(&r.OperationName)},
+		"method":         {read: p.str(&r.Method), scalar: true},
+		"path":           {read: p.str(&r.Path), scalar: true},
+		"command":        {read: p.str(&r.Command), scalar: true},
+		"operation_type": {read: p.str(&r.OperationType), scalar: true},
+		"operation_name": {read: p.str(&r.OperationName), scalar: true},
 		"fields":         {read: p.strs(&r.Fields)},
 		"query": {read: func(n *yaml.Node, key string) error {
 			return p.entries(n, key, func(name string, v *yaml.Node, key string) error {
@@ -615,15 +636,15 @@ func (p *parser) l7(n *yaml.Node, key string) (*sandboxv1.L7DenyRule, error) {
 
 // matcher reads a query matcher: a glob, or {any: [globs]}.
 func (p *parser) matcher(n *yaml.Node, key string) (*sandboxv1.L7QueryMatcher, error) {
-	if n.Kind == yaml.ScalarNode {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
 		m := &sandboxv1.L7QueryMatcher{}
-		return m, p.str(&m.Glob)(n, key)
+		return m, p.glob(&m.Glob)(n, key)
 	}
 	if n.Kind != yaml.MappingNode {
 		return nil, p.errorf(n, key, "expected a glob or {any: [...]}, got %s", kindName(n))
 	}
 	m := &sandboxv1.L7QueryMatcher{}
-	return m, p.fields(n, key, map[string]field{"any": {read: p.strs(&m.Any)}})
+	return m, p.fields(n, key, map[string]field{"any": {read: p.list(&m.Any, p.glob)}})
 }
 
 // params flattens nested MCP params into dotted keys ("a.b"), as
@@ -651,9 +672,9 @@ func (p *parser) middleware(name string, n *yaml.Node, key string) (*sandboxv1.N
 	mw := &sandboxv1.NetworkMiddlewareConfig{}
 	config := map[string]any{}
 	err := p.fields(n, key, map[string]field{
-		"name":       {read: p.str(&mw.Name)},
-		"middleware": {read: p.str(&mw.Middleware), required: true},
-		"order":      {read: p.i32(&mw.Order)},
+		"name":       {read: p.str(&mw.Name), scalar: true},
+		"middleware": {read: p.str(&mw.Middleware), required: true, scalar: true},
+		"order":      {read: p.i32(&mw.Order), scalar: true},
 		"config": {read: func(n *yaml.Node, key string) error {
 			return p.entries(n, key, func(name string, v *yaml.Node, key string) error {
 				val, err := p.value(v, key)
@@ -661,7 +682,7 @@ func (p *parser) middleware(name string, n *yaml.Node, key string) (*sandboxv1.N
 				return err
 			})
 		}},
-		"on_error": {read: p.str(&mw.OnError)},
+		"on_error": {read: p.str(&mw.OnError), scalar: true},
 		"endpoints": {read: func(n *yaml.Node, key string) error {
 			sel := &sandboxv1.MiddlewareEndpointSelector{}
 			mw.Endpoints = sel
