@@ -215,6 +215,9 @@ func TestHelpGolden(t *testing.T) {
 		{"pull"},
 		{"run"},
 		{"session", "key"},
+		{"policy"},
+		{"policy", "show"},
+		{"policy", "check"},
 	} {
 		name := "ferry"
 		if len(path) > 0 {

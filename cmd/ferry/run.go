@@ -25,6 +25,7 @@ func newRunCmd(g *globals, s streams) *cobra.Command {
 		metaDir           string
 		del, followLive   bool
 		timeout, idle     time.Duration
+		sf                specFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run SANDBOX [flags] -- CMD [ARG...]",
@@ -37,7 +38,10 @@ ferry exits with the command's exit code.
 --secret LOCAL:REMOTE files travel only through the exec stream's stdin and
 land with mode 0600 in a 0700 directory; they never appear in an argv, an
 environment or a log. --create creates the sandbox first and waits until
-it is ready; --delete removes it at the end whatever happened.
+it is ready (a sandbox of that name already there is used as it is);
+--policy, --provider, --label and --sandbox-env say what it is created
+from, as for ferry sandbox create. --delete removes it at the end whatever
+happened. -e sets the command's environment, not the sandbox's.
 
 --session KEY:REMOTE restores the task's session snapshot KEY from the
 session store (--store) into REMOTE before the command (nothing on a
@@ -100,6 +104,19 @@ prune of the store is not idle.`,
 			if err := (&relay.Command{Argv: spec.Argv, Env: spec.Env, Workdir: wd}).Validate(); err != nil {
 				return usageError{err}
 			}
+			if sf.set() && create == "" {
+				return usagef("--policy, --provider, --label and --sandbox-env need --create")
+			}
+			var createSpec openshell.Spec
+			if create != "" {
+				image := create
+				if image == "default" {
+					image = ""
+				}
+				if createSpec, err = sf.spec(name, image); err != nil {
+					return err
+				}
+			}
 			x, closeFn, err := g.execer()
 			if err != nil {
 				return err
@@ -112,13 +129,9 @@ prune of the store is not idle.`,
 				}
 				defer c.Close()
 				if create != "" {
-					image := create
-					if image == "default" {
-						image = ""
-					}
 					// Ensure, not Create: a retried run finds the sandbox
 					// its first attempt made.
-					if _, err := c.Ensure(cmd.Context(), openshell.Spec{Name: name, Image: image}); err != nil {
+					if _, err := c.Ensure(cmd.Context(), createSpec); err != nil {
 						return err
 					}
 				}
@@ -202,6 +215,7 @@ prune of the store is not idle.`,
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long and exit 124 (0: no limit)")
 	f.StringArrayVar(&sessions, "session", nil, "restore session KEY into REMOTE before the command and save it after (KEY:REMOTE, repeatable)")
 	f.BoolVarP(&followLive, "follow", "f", true, "show agent.ndjson's lines live as they are written (agent mode)")
+	sf.add(f, "sandbox-env", "")
 	addIdleFlag(cmd, &idle)
 	return cmd
 }

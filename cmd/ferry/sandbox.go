@@ -23,19 +23,28 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 	}
 	var (
 		image string
-		env   []string
+		sf    specFlags
 	)
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a sandbox and wait until it is ready",
-		Args:  exactArgs(1),
+		Long: `Create a sandbox and wait until it is ready.
+
+--policy is OpenShell's policy YAML or a built-in policy (ferry policy show
+default); it is checked here as the gateway would check it. --provider
+attaches a provider configured on the gateway: its credentials are injected
+by the gateway and never land in the sandbox's files. --env values are seen
+by every process in the sandbox: never put secrets there.`,
+		Example: `  ferry sandbox create box --policy default --provider github --provider anthropic \
+      --label ferry.managed=true -e GIT_TERMINAL_PROMPT=0`,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			envMap, err := splitEnv(env)
+			spec, err := sf.spec(args[0], image)
 			if err != nil {
 				return err
 			}
 			return g.withClient(func(c *openshell.Client) error {
-				sb, err := c.Create(cmd.Context(), openshell.Spec{Name: args[0], Image: image, Env: envMap})
+				sb, err := c.Create(cmd.Context(), spec)
 				if err != nil {
 					return err
 				}
@@ -44,7 +53,7 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 		},
 	}
 	create.Flags().StringVar(&image, "image", "", "container image (the gateway's default when empty)")
-	create.Flags().StringArrayVarP(&env, "env", "e", nil, "sandbox environment KEY=VALUE (repeatable; never put secrets here)")
+	sf.add(create.Flags(), "env", "e")
 
 	get := &cobra.Command{
 		Use:   "get NAME",
@@ -125,15 +134,17 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 
 // sandboxJSON is the stable JSON shape of a sandbox in ferry's output.
 type sandboxJSON struct {
-	Name      string `json:"name"`
-	ID        string `json:"id"`
-	Workspace string `json:"workspace"`
-	Phase     string `json:"phase"`
-	Created   string `json:"created,omitempty"`
+	Name      string            `json:"name"`
+	ID        string            `json:"id"`
+	Workspace string            `json:"workspace"`
+	Phase     string            `json:"phase"`
+	Created   string            `json:"created,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Providers []string          `json:"providers,omitempty"`
 }
 
 func toJSON(i openshell.Info) sandboxJSON {
-	j := sandboxJSON{Name: i.Name, ID: i.ID, Workspace: i.Workspace, Phase: i.Phase}
+	j := sandboxJSON{Name: i.Name, ID: i.ID, Workspace: i.Workspace, Phase: i.Phase, Labels: i.Labels, Providers: i.Providers}
 	if !i.Created.IsZero() {
 		j.Created = i.Created.UTC().Format(time.RFC3339)
 	}

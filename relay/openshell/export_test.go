@@ -5,3 +5,8 @@ import openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 // API is c's generated client, for tests that send a request this
 // package never builds.
 func API(c *Client) openshellv1.OpenShellClient { return c.api }
+
+// CreateRequest is the CreateSandboxRequest c's Create sends for s.
+func CreateRequest(c *Client, s Spec) *openshellv1.CreateSandboxRequest {
+	return s.request(c.cfg.Workspace)
+}

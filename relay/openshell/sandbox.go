@@ -15,6 +15,7 @@ import (
 
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/relay/openshell/policy"
 )
 
 func connectParams(timeout time.Duration) grpc.ConnectParams {
@@ -77,13 +78,24 @@ type Spec struct {
 	Env map[string]string
 	// Labels are the sandbox's labels, for ListSelected.
 	Labels map[string]string
+	// Policy is the sandbox's policy (SandboxSpec.policy); nil leaves it to
+	// the gateway, which applies its image's or its own default.
+	Policy *policy.Policy
+	// Providers name the gateway's providers whose credentials it injects
+	// into the sandbox (SandboxSpec.providers), so that the sandbox never
+	// holds them in a file.
+	Providers []string
 }
 
 // request is the CreateSandboxRequest for s in workspace ws. It always
 // carries a spec: a real gateway refuses a create without one ("spec is
 // required"), and an empty one takes its defaults.
 func (s Spec) request(ws string) *openshellv1.CreateSandboxRequest {
-	req := &openshellv1.CreateSandboxRequest{Name: s.Name, Workspace: ws, Labels: s.Labels, Spec: &openshellv1.SandboxSpec{Environment: s.Env}}
+	req := &openshellv1.CreateSandboxRequest{Name: s.Name, Workspace: ws, Labels: s.Labels, Spec: &openshellv1.SandboxSpec{
+		Environment: s.Env,
+		Policy:      s.Policy.Proto(),
+		Providers:   s.Providers,
+	}}
 	if s.Image != "" {
 		req.Spec.Template = &openshellv1.SandboxTemplate{Image: s.Image}
 	}
@@ -261,6 +273,8 @@ type Info struct {
 	Phase   string
 	Created time.Time // zero if the gateway did not say
 	Labels  map[string]string
+	// Providers are the providers attached to it (SandboxSpec.providers).
+	Providers []string
 }
 
 // describe is sb as an Info; a nil sb is the zero Info.
@@ -274,6 +288,7 @@ func describe(sb *openshellv1.Sandbox) Info {
 		Workspace: sb.GetMetadata().GetWorkspace(),
 		Phase:     phaseName(sb.GetStatus().GetPhase()),
 		Labels:    sb.GetMetadata().GetLabels(),
+		Providers: sb.GetSpec().GetProviders(),
 	}
 	if ms := sb.GetMetadata().GetCreatedAtMs(); ms > 0 {
 		i.Created = time.UnixMilli(ms)
