@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	sandboxv1 "github.com/ferry-dev/ferry/proto/openshell/sandbox/v1"
+	"github.com/google/renameio/v2"
 )
 
 // Policy is a parsed policy. It remembers the lines its keys were read
@@ -122,34 +123,24 @@ func ParseFile(path string) (*Policy, error) {
 // mode 0600: a reader sees the old file or the whole new one, and nobody
 // else reads it, since a policy names the providers and hosts a sandbox
 // may reach.
-func WriteFile(path string, data []byte) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			os.Remove(tmp.Name())
-		}
-	}()
-	// CreateTemp makes it 0600 already; Chmod says so whatever the umask.
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+func WriteFile(path string, data []byte) error {
+	if err := writePrivate(path, data); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// writePrivate replaces path with data, mode 0600 whatever the umask or
+// the mode of the file it replaces: renameio's WriteFile would keep that
+// mode.
+func writePrivate(path string, data []byte) error {
+	f, err := renameio.NewPendingFile(path, renameio.WithStaticPermissions(0o600), renameio.WithTempDir(filepath.Dir(path)))
+	if err != nil {
+		return err
+	}
+	defer f.Cleanup()
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	return f.CloseAtomicallyReplace()
 }

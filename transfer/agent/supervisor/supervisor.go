@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
+	"github.com/google/renameio/v2"
 )
 
 // The files of a state directory. The supervisor holds lockFile locked for
@@ -376,28 +377,19 @@ func writeJSON(dir, name string, v any) error {
 }
 
 func writeAtomic(dir, name string, b []byte) error {
-	f, err := os.CreateTemp(dir, "."+name+".tmp-")
+	f, err := renameio.NewPendingFile(filepath.Join(dir, name), renameio.WithStaticPermissions(0o600), renameio.WithTempDir(dir))
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o600)
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, name))
-	}
-	if err != nil {
-		os.Remove(tmp)
+	defer f.Cleanup()
+	if _, err := f.Write(b); err != nil {
 		return err
 	}
+	if err := f.CloseAtomicallyReplace(); err != nil {
+		return err
+	}
+	// The rename is durable once the directory is: a record a restarted
+	// supervisor cannot find is a run it cannot account for.
 	if d, err := os.Open(dir); err == nil {
 		d.Sync()
 		d.Close()
