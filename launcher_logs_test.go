@@ -311,30 +311,33 @@ func (w *cutWriter) Write(p []byte) (int, error) {
 }
 
 // TestLauncherLiveLogsRelayCut: the relay of an Inspect is cut in the
-// middle of its follow step; the next Inspects resume where the host's
+// middle of its follow step, after some of agent.ndjson's new bytes have
+// arrived and been appended; the next Inspects resume where the host's
 // copies end, nothing lost or doubled (each copy stays a prefix of the
-// sandbox's file), and each step appends at most its share of StepBytes.
+// sandbox's file at every poll), and the end leaves the sandbox's files.
 func TestLauncherLiveLogsRelayCut(t *testing.T) {
 	e := newLaunchEnv(t)
-	const stepBytes = 32 << 10
-	x := &cutExec{Execer: e.c, after: 24 << 10}
-	l, logs := newLogsLauncher(t, x, e.c, e.runs, e.st, func(c *ferry.LauncherConfig) {
-		c.LiveLogs.StepBytes = stepBytes
-	})
-	// 2 KiB lines, 10 a second: each poll has more than a step's share.
-	pad := strings.Repeat("p", 2<<10)
-	h, err := l.StartDetached(ctx(t), logsRun(t, e.runs, "cut", map[string]string{"LINES": "40", "EVERY": "0.05", "PAD": pad, "WAIT_FOR": "go"}))
+	// The agent sends a followed file in pieces of 256 KiB: the cut falls
+	// in the second piece of a step, after an agent connection's
+	// handshake, probe and status (some 2.3 KiB) and the first piece.
+	x := &cutExec{Execer: e.c, after: 270 << 10}
+	l, logs := newLogsLauncher(t, x, e.c, e.runs, e.st, nil)
+	// 16 KiB lines of noise, 20 a second.
+	h, err := l.StartDetached(ctx(t), logsRun(t, e.runs, "cut", map[string]string{"LINES": "60", "EVERY": "0.05", "PAD": "8192", "WAIT_FOR": "go"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ws := filepath.Join(e.g.Root, ferry.SandboxName(h))
 	f := liveFiles{runDir: filepath.Join(e.runs, "cut"), metaDir: filepath.Join(ws, ferry.DefaultMetaDir)}
-	var prev int64
+	var prev int
 	for i := 0; ; i++ {
 		if i > 300 {
 			t.Fatal("run still running after 300 polls")
 		}
 		if i == 5 {
+			// More than a piece piles up; the next Inspect's relay is
+			// cut in its follow step.
+			time.Sleep(1500 * time.Millisecond)
 			x.armed.Store(true)
 		}
 		if i == 30 {
@@ -342,17 +345,17 @@ func TestLauncherLiveLogsRelayCut(t *testing.T) {
 		}
 		s, err := l.Inspect(ctx(t), h)
 		if err != nil {
-			t.Logf("inspect %d: %v", i, err)
+			t.Fatalf("inspect %d: %v", i, err)
 		}
-		if !s.Running && err == nil {
+		if !s.Running {
 			break
 		}
 		f.checkPrefix(t, fmt.Sprintf("poll %d", i))
-		host, _ := f.read(t, "agent.ndjson")
-		if grew := int64(len(host)) - prev; grew > stepBytes/2 {
-			t.Fatalf("poll %d appended %d bytes to agent.ndjson, more than its share %d", i, grew, stepBytes/2)
+		host, sb := f.read(t, "agent.ndjson")
+		if i == 5 && (len(host) <= prev || len(host) >= len(sb)) {
+			t.Fatalf("the cut poll took agent.ndjson from %d to %d bytes of %d: the cut was not in its follow step", prev, len(host), len(sb))
 		}
-		prev = int64(len(host))
+		prev = len(host)
 		time.Sleep(100 * time.Millisecond)
 	}
 	if x.cuts.Load() != 1 {
@@ -362,6 +365,58 @@ func TestLauncherLiveLogsRelayCut(t *testing.T) {
 		t.Fatalf("no follow step was cut:\n%s", logs)
 	}
 	f.checkEqual(t)
+}
+
+// TestLauncherLiveLogsBounded: a step appends at most its share of
+// StepBytes, and a live copy grows no further than the pull's
+// MaxFileSize, however much the sandbox writes.
+func TestLauncherLiveLogsBounded(t *testing.T) {
+	e := newLaunchEnv(t)
+	const stepBytes, maxFile = 8 << 10, 64 << 10
+	l, logs := newLogsLauncher(t, e.c, e.c, e.runs, e.st, func(c *ferry.LauncherConfig) {
+		c.LiveLogs.StepBytes = stepBytes
+		c.Limits.MaxFileSize = maxFile
+	})
+	// 3 KiB lines, 20 a second: far more than 4 KiB a poll.
+	h, err := l.StartDetached(ctx(t), logsRun(t, e.runs, "bound", map[string]string{"LINES": "200", "EVERY": "0.05", "PAD": "1536", "WAIT_FOR": "go"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Remove(context.Background(), h) })
+	f := liveFiles{runDir: filepath.Join(e.runs, "bound"), metaDir: filepath.Join(e.g.Root, ferry.SandboxName(h), ferry.DefaultMetaDir)}
+	var prev int
+	for i := 0; ; i++ {
+		if s, err := l.Inspect(ctx(t), h); err != nil || !s.Running {
+			t.Fatalf("inspect %d: %+v %v", i, s, err)
+		}
+		f.checkPrefix(t, fmt.Sprintf("poll %d", i))
+		host, sb := f.read(t, "agent.ndjson")
+		if grew := len(host) - prev; grew > stepBytes/2 {
+			t.Fatalf("poll %d appended %d bytes to agent.ndjson, more than its share %d", i, grew, stepBytes/2)
+		}
+		prev = len(host)
+		if len(host) > maxFile {
+			t.Fatalf("live agent.ndjson has %d bytes, over MaxFileSize %d", len(host), maxFile)
+		}
+		if len(host) == maxFile && len(sb) > maxFile+stepBytes {
+			break
+		}
+		if i > 300 {
+			t.Fatalf("live agent.ndjson at %d bytes after 300 polls", len(host))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for range 3 {
+		if _, err := l.Inspect(ctx(t), h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if host, _ := f.read(t, "agent.ndjson"); len(host) != maxFile {
+		t.Fatalf("live agent.ndjson grew past the limit to %d bytes", len(host))
+	}
+	if n := strings.Count(logs.String(), "live log copy reached the pull's limit"); n != 1 {
+		t.Fatalf("%d log lines say agent.ndjson reached the limit, want 1:\n%s", n, logs)
+	}
 }
 
 // TestLauncherLiveLogsTakeover: the gateway goes away mid-run (the relay
