@@ -646,7 +646,9 @@ func (l *Launcher) connect(ctx context.Context, sb Sandbox) (transfer.Remote, er
 // sessions before it first reports Running false, so that the caller finds
 // meta.json then (a missing meta.json does not hold the run up: the
 // caller reports its absence). That first report may take up to
-// FinishTimeout. Later calls read the run directory only. A run whose
+// FinishTimeout; later calls read the run directory only. While the
+// command runs, each call also appends to the run directory's live copies
+// of its logs what the sandbox's files gained (LiveLogs). A run whose
 // start is under way elsewhere is running; one whose start died before
 // it spawned the command is ErrUnknownRun (its sandbox is deleted), and
 // one whose start died after is adopted. Any other error leaves the run
