@@ -60,9 +60,14 @@ func (c *LiveLogs) applyDefaults() {
 // spliced onto the old copy.
 const liveOverlap = 1024
 
+// maxLiveRestarts bounds how often one run's live copy of a file is
+// started over because the sandbox truncated or rewrote it: a sandbox
+// that does so without end would have every step copy the file anew.
+const maxLiveRestarts = 8
+
 // liveStateFile, in the run directory, says which live copies a step has
-// appended to and which were given up, so that a divergence is reported
-// once, whichever Launcher sees it.
+// appended to, how often each was started over and which were given up,
+// whichever Launcher saw it.
 const liveStateFile = ".ferry-live.json"
 
 // liveState is liveStateFile.
@@ -73,9 +78,12 @@ type liveState struct {
 type liveFileState struct {
 	// Appended: a step has written to the host copy.
 	Appended bool `json:"appended,omitempty"`
-	// Stopped says why the file is no longer followed this run: the
-	// sandbox's file no longer continues the host's copy. The final pull
-	// still replaces it.
+	// Restarts counts the copies started over because the sandbox's file
+	// no longer continued the host's.
+	Restarts int `json:"restarts,omitempty"`
+	// Stopped says why the file is no longer followed this run: it was
+	// started over maxLiveRestarts times and diverged again. The final
+	// pull still replaces it.
 	Stopped string `json:"stopped,omitempty"`
 }
 
@@ -117,20 +125,19 @@ func writeLiveState(dir string, st *liveState) error {
 	return nil
 }
 
-// DivergedError means the sandbox's file no longer continues the host's
-// live copy of it: it was truncated, replaced or rewritten. Nothing more
-// is appended to the copy this run.
-type DivergedError struct {
-	RunID string
+// divergedError means the sandbox's file no longer continues the host's
+// live copy of it: it was truncated, replaced or rewritten. Nothing is
+// appended to the copy: it is started over.
+type divergedError struct {
 	// File is the followed file's name.
 	File string
-	// HostSize is the host copy's size, which stays as it is.
+	// HostSize is the host copy's size when it diverged.
 	HostSize int64
 	Reason   string
 }
 
-func (e *DivergedError) Error() string {
-	return fmt.Sprintf("run %s: live copy of %s (%d bytes): %s", e.RunID, e.File, e.HostSize, e.Reason)
+func (e *divergedError) Error() string {
+	return fmt.Sprintf("live copy of %s (%d bytes): %s", e.File, e.HostSize, e.Reason)
 }
 
 // errStepFull ends a stream whose step has appended its share.
@@ -204,23 +211,42 @@ func (l *Launcher) stepLive(ctx context.Context, dir string, rec *launchRecord, 
 		if ctx.Err() != nil {
 			break
 		}
+		fst := st.file(lc.name)
 		room := min(share, limits.MaxFileSize-lc.size, limits.MaxTotalBytes-total)
 		if room <= 0 {
 			continue
 		}
-		before := lc.size
+		total -= lc.size
 		err := l.stepFile(ctx, c, lc, room)
-		total += lc.size - before
-		if lc.size > before && !st.file(lc.name).Appended {
-			st.file(lc.name).Appended, changed = true, true
+		var de *divergedError
+		if errors.As(err, &de) {
+			changed = true
+			if fst.Restarts >= maxLiveRestarts {
+				fst.Stopped = de.Reason
+				log.Warn("live log copy stopped: the sandbox's file was truncated or rewritten too often; the final pull replaces it",
+					"file", lc.name, "host_size", lc.size, "restarts", fst.Restarts, "reason", de.Reason)
+				total += lc.size
+				continue
+			}
+			// The sandbox started the file over (Rascal's worker truncates
+			// agent.ndjson when it retries the agent): so does the host's
+			// copy, rather than keep bytes the file no longer has.
+			fst.Restarts++
+			log.Warn("live log copy restarted: the sandbox's file no longer continues the host's copy; copying it again from its start",
+				"file", lc.name, "host_size", lc.size, "restart", fst.Restarts, "reason", de.Reason)
+			if err = lc.restart(); err == nil {
+				err = l.stepFile(ctx, c, lc, min(share, limits.MaxFileSize, limits.MaxTotalBytes-total))
+			}
+			if errors.As(err, &de) {
+				// Rewritten again already: the next step sees to it.
+				err = nil
+			}
 		}
-		var de *DivergedError
+		total += lc.size
+		if lc.size > 0 && !fst.Appended {
+			fst.Appended, changed = true, true
+		}
 		switch {
-		case errors.As(err, &de):
-			de.RunID = rec.RunID
-			st.file(lc.name).Stopped, changed = de.Reason, true
-			log.Warn("live log copy stopped: the sandbox's file no longer continues the host's copy; the final pull replaces it",
-				"file", lc.name, "host_size", lc.size, "reason", de.Reason)
 		case errors.Is(err, errStepFull):
 			if lc.size >= limits.MaxFileSize || total >= limits.MaxTotalBytes {
 				log.Warn("live log copy reached the pull's limit; it grows no more this run",
@@ -234,6 +260,15 @@ func (l *Launcher) stepLive(ctx context.Context, dir string, rec *launchRecord, 
 		errs = append(errs, writeLiveState(dir, st))
 	}
 	return errors.Join(errs...)
+}
+
+// restart empties the host copy, to be copied again from the start.
+func (lc *liveCopy) restart() error {
+	if err := lc.f.Truncate(0); err != nil {
+		return fmt.Errorf("empty live copy %s: %w", lc.name, err)
+	}
+	lc.size, lc.overlap, lc.checked = 0, nil, 0
+	return nil
 }
 
 // openLiveCopy opens the host copy p, creating it empty, and reads its
@@ -272,7 +307,7 @@ func (l *Launcher) stepFile(ctx context.Context, c *agent.Client, lc *liveCopy, 
 		if lc.checked < len(lc.overlap) {
 			n := min(len(data), len(lc.overlap)-lc.checked)
 			if !bytes.Equal(data[:n], lc.overlap[lc.checked:lc.checked+n]) {
-				return &DivergedError{File: lc.name, HostSize: lc.size,
+				return &divergedError{File: lc.name, HostSize: lc.size,
 					Reason: fmt.Sprintf("its bytes at %d differ from the host's (rewritten or truncated and regrown)", off)}
 			}
 			lc.checked += n
@@ -302,11 +337,11 @@ func (l *Launcher) stepFile(ctx context.Context, c *agent.Client, lc *liveCopy, 
 	})
 	switch {
 	case errors.Is(err, agent.ErrShrunk):
-		return &DivergedError{File: lc.name, HostSize: lc.size, Reason: "the agent reports it truncated or replaced"}
+		return &divergedError{File: lc.name, HostSize: lc.size, Reason: "the agent reports it truncated or replaced"}
 	case err == nil && lc.checked < len(lc.overlap):
 		// The stream read the file to its end: it is shorter than the
 		// host's copy (or gone).
-		return &DivergedError{File: lc.name, HostSize: lc.size,
+		return &divergedError{File: lc.name, HostSize: lc.size,
 			Reason: fmt.Sprintf("it ends at %d, before the host's copy", from+int64(lc.checked))}
 	}
 	return err

@@ -26,10 +26,12 @@ import (
 
 // logsScript stands for a worker that logs as it goes: LINES times, every
 // EVERY seconds, a line on stdout (runner.log) and one in agent.ndjson,
-// each with the nanosecond it was written. At line TRUNC_AT it waits for
-// the file trunc, then truncates agent.ndjson: with REGROW it writes
-// longer new content at once, else it waits for the file resume with the
-// file empty. WAIT_FOR holds it before meta.json and its exit.
+// each with the nanosecond it was written (PAD adds that many random
+// bytes, in hex, to the latter). At line TRUNC_AT, TRUNCS times (default
+// 1), it waits for the file trunc-<n>, truncates agent.ndjson (with
+// REGROW it writes 40 new lines into it at once), and says so in
+// truncated-<n>; without REGROW it then waits for the file resume with
+// the file empty. WAIT_FOR holds it before meta.json and its exit.
 const logsScript = `i=0
 while [ $i -lt "${LINES:-20}" ]; do
   pad=""
@@ -37,12 +39,16 @@ while [ $i -lt "${LINES:-20}" ]; do
   echo "runner $i $(date +%s%N)"
   printf '{"i":%d,"t":%s,"pad":"%s"}\n' $i "$(date +%s%N)" "$pad" >> "$RASCAL_META_DIR/agent.ndjson"
   if [ -n "$TRUNC_AT" ] && [ $i -eq "$TRUNC_AT" ]; then
-    while [ ! -e trunc ]; do sleep 0.02; done
-    : > "$RASCAL_META_DIR/agent.ndjson"
-    if [ -n "$REGROW" ]; then
-      j=0; while [ $j -lt 40 ]; do echo "NEW content in place of the old, line $j" >> "$RASCAL_META_DIR/agent.ndjson"; j=$((j+1)); done
-    fi
-    echo done > truncated
+    n=1
+    while [ $n -le "${TRUNCS:-1}" ]; do
+      while [ ! -e trunc-$n ]; do sleep 0.02; done
+      : > "$RASCAL_META_DIR/agent.ndjson"
+      if [ -n "$REGROW" ]; then
+        j=0; while [ $j -lt 40 ]; do echo "NEW content of generation $n, line $j" >> "$RASCAL_META_DIR/agent.ndjson"; j=$((j+1)); done
+      fi
+      echo done > truncated-$n
+      n=$((n+1))
+    done
     if [ -z "$REGROW" ]; then while [ ! -e resume ]; do sleep 0.02; done; fi
   fi
   i=$((i+1))
@@ -485,24 +491,29 @@ func TestLauncherLiveLogsTakeover(t *testing.T) {
 }
 
 // TestLauncherLiveLogsTruncated: a sandbox truncates its agent.ndjson
-// mid-run, and leaves it shorter than the host's copy or rewrites it
-// longer at once. The host's copy is kept as it was, never spliced with
-// the new bytes, the Launcher says so in a log line, runner.log is still
-// followed, and the final pull leaves the sandbox's file.
+// mid-run (Rascal's worker does, when it runs the agent again), leaving
+// it shorter than the host's copy or rewriting it longer at once. The
+// host's copy is never spliced: it starts over, a prefix of the new file,
+// and a log line says so; a file started over more than MaxLiveRestarts
+// times is no longer copied. runner.log is still followed, and the final
+// pull leaves the sandbox's files.
 func TestLauncherLiveLogsTruncated(t *testing.T) {
 	cases := []struct {
 		name   string
+		truncs int
 		regrow bool
-		reason string
+		// stopped: the last truncation stops the copy.
+		stopped bool
 	}{
-		{"shorter", false, "before the host's copy"},
-		{"rewritten longer", true, "differ from the host's"},
+		{name: "shorter", truncs: 1},
+		{name: "rewritten longer", truncs: 1, regrow: true},
+		{name: "rewritten too often", truncs: ferry.MaxLiveRestarts + 1, regrow: true, stopped: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newLaunchEnv(t)
 			l, logs := newLogsLauncher(t, e.c, e.c, e.runs, e.st, nil)
-			env := map[string]string{"LINES": "20", "EVERY": "0.05", "TRUNC_AT": "4", "WAIT_FOR": "go"}
+			env := map[string]string{"LINES": "20", "EVERY": "0.05", "TRUNC_AT": "4", "TRUNCS": strconv.Itoa(tc.truncs), "WAIT_FOR": "go"}
 			if tc.regrow {
 				env["REGROW"] = "1"
 			}
@@ -519,38 +530,58 @@ func TestLauncherLiveLogsTruncated(t *testing.T) {
 				}
 			}
 			// Wait until the host holds the five lines before the cut.
-			var kept []byte
 			for i := 0; ; i++ {
 				poll()
 				f.checkPrefix(t, "before the truncation")
-				if kept, _ = f.read(t, "agent.ndjson"); bytes.Count(kept, []byte("\n")) == 5 {
+				if host, _ := f.read(t, "agent.ndjson"); bytes.Count(host, []byte("\n")) == 5 {
 					break
-				}
-				if i > 100 {
-					t.Fatalf("host agent.ndjson never held the first 5 lines: %q", kept)
+				} else if i > 100 {
+					t.Fatalf("host agent.ndjson never held the first 5 lines: %q", host)
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
-			write(t, ws, map[string]string{"trunc": ""})
-			waitFile(t, filepath.Join(ws, "truncated"))
-			runnerBefore, _ := f.read(t, "runner.log")
-			for range 3 {
+			var kept []byte
+			for n := 1; n <= tc.truncs; n++ {
+				kept, _ = f.read(t, "agent.ndjson")
+				write(t, ws, map[string]string{fmt.Sprintf("trunc-%d", n): ""})
+				waitFile(t, filepath.Join(ws, fmt.Sprintf("truncated-%d", n)))
 				poll()
 				host, sb := f.read(t, "agent.ndjson")
-				if !bytes.Equal(host, kept) {
-					t.Fatalf("host agent.ndjson changed after the truncation:\nkept:\n%s\nnow:\n%s\nsandbox:\n%s", kept, host, sb)
+				if tc.stopped && n == tc.truncs {
+					if !bytes.Equal(host, kept) {
+						t.Fatalf("generation %d: a stopped copy changed:\nkept:\n%s\nnow:\n%s", n, kept, host)
+					}
+					continue
 				}
-				time.Sleep(100 * time.Millisecond)
+				// The new file, none of the old: all of it while the
+				// sandbox's is empty, its 40 new lines when regrown.
+				fresh := len(host) == 0
+				if tc.regrow {
+					fresh = bytes.HasPrefix(host, []byte(fmt.Sprintf("NEW content of generation %d, line 0\n", n))) &&
+						bytes.Count(host, []byte("NEW content")) == 40
+				}
+				if !bytes.HasPrefix(sb, host) || bytes.Contains(host, []byte(`"i":0,`)) || !fresh {
+					t.Fatalf("generation %d: host agent.ndjson is not the new file:\nhost:\n%s\nsandbox:\n%s", n, host, sb)
+				}
 			}
-			if !strings.Contains(logs.String(), "live log copy stopped") || !strings.Contains(logs.String(), tc.reason) {
-				t.Fatalf("no log line says the copy stopped (%q):\n%s", tc.reason, logs)
+			restarts := min(tc.truncs, ferry.MaxLiveRestarts)
+			if n := strings.Count(logs.String(), "live log copy restarted"); n != restarts {
+				t.Fatalf("%d log lines say the copy restarted, want %d:\n%s", n, restarts, logs)
+			}
+			if n := strings.Count(logs.String(), "live log copy stopped"); n != map[bool]int{false: 0, true: 1}[tc.stopped] {
+				t.Fatalf("%d log lines say the copy stopped (want it: %v):\n%s", n, tc.stopped, logs)
 			}
 			if !tc.regrow {
 				write(t, ws, map[string]string{"resume": ""})
 			}
-			// runner.log is still followed.
+			// The copies go on: a prefix of the sandbox's files (agent.ndjson
+			// unless stopped), runner.log growing.
+			runnerBefore, _ := f.read(t, "runner.log")
 			for i := 0; ; i++ {
 				poll()
+				if !tc.stopped {
+					f.checkPrefix(t, fmt.Sprintf("after the truncation, poll %d", i))
+				}
 				host, sb := f.read(t, "runner.log")
 				if !bytes.HasPrefix(sb, host) {
 					t.Fatalf("host runner.log is not a prefix of the sandbox's")
@@ -562,9 +593,6 @@ func TestLauncherLiveLogsTruncated(t *testing.T) {
 					t.Fatal("runner.log no longer followed after agent.ndjson's truncation")
 				}
 				time.Sleep(100 * time.Millisecond)
-			}
-			if n := strings.Count(logs.String(), "live log copy stopped"); n != 1 {
-				t.Errorf("%d log lines say the copy stopped, want 1", n)
 			}
 			write(t, ws, map[string]string{"go": ""})
 			if s := inspectUntilDone(t, l, h); s.ExitCode != 0 {
