@@ -31,7 +31,8 @@ import (
 // 1), it waits for the file trunc-<n>, truncates agent.ndjson (with
 // REGROW it writes 40 new lines into it at once), and says so in
 // truncated-<n>; without REGROW it then waits for the file resume with
-// the file empty. WAIT_FOR holds it before meta.json and its exit.
+// the file empty. WAIT_FOR holds it before meta.json and its exit; with
+// RM_AT_END it then removes agent.ndjson.
 const logsScript = `i=0
 while [ $i -lt "${LINES:-20}" ]; do
   pad=""
@@ -55,6 +56,7 @@ while [ $i -lt "${LINES:-20}" ]; do
   sleep "${EVERY:-0.1}"
 done
 if [ -n "$WAIT_FOR" ]; then while [ ! -e "$WAIT_FOR" ]; do sleep 0.05; done; fi
+if [ -n "$RM_AT_END" ]; then rm -f "$RASCAL_META_DIR/agent.ndjson"; fi
 echo "{\"run_id\":\"$RASCAL_RUN_ID\",\"exit_code\":0}" > "$RASCAL_META_DIR/meta.json"
 echo "worker: done"`
 
@@ -600,5 +602,41 @@ func TestLauncherLiveLogsTruncated(t *testing.T) {
 			}
 			f.checkEqual(t)
 		})
+	}
+}
+
+// TestLauncherLiveLogsRemovedAtEnd: a sandbox removes its agent.ndjson
+// before the command ends; the finish removes the host's live copy of it,
+// so that the run directory holds what the sandbox held.
+func TestLauncherLiveLogsRemovedAtEnd(t *testing.T) {
+	e := newLaunchEnv(t)
+	l, _ := newLogsLauncher(t, e.c, e.c, e.runs, e.st, nil)
+	h, err := l.StartDetached(ctx(t), logsRun(t, e.runs, "rm", map[string]string{"LINES": "3", "EVERY": "0.05", "WAIT_FOR": "go", "RM_AT_END": "1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(e.g.Root, ferry.SandboxName(h))
+	f := liveFiles{runDir: filepath.Join(e.runs, "rm"), metaDir: filepath.Join(ws, ferry.DefaultMetaDir)}
+	for i := 0; ; i++ {
+		if s, err := l.Inspect(ctx(t), h); err != nil || !s.Running {
+			t.Fatalf("inspect: %+v %v", s, err)
+		}
+		if host, _ := f.read(t, "agent.ndjson"); bytes.Count(host, []byte("\n")) == 3 {
+			break
+		} else if i > 100 {
+			t.Fatalf("host agent.ndjson never held the 3 lines: %q", host)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	write(t, ws, map[string]string{"go": ""})
+	if s := inspectUntilDone(t, l, h); s.ExitCode != 0 {
+		t.Fatalf("exit code %d", s.ExitCode)
+	}
+	if _, err := os.Stat(filepath.Join(f.runDir, "agent.ndjson")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the live agent.ndjson is still in the run directory: %v", err)
+	}
+	f.checkEqual(t)
+	if _, err := os.Stat(filepath.Join(f.runDir, ".ferry-live.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("live state left after the end: %v", err)
 	}
 }
