@@ -34,7 +34,10 @@ type LiveLogs struct {
 	// the run directory; default Followed (agent.ndjson, runner.log).
 	Files []string
 	// StepBytes bounds what one step appends, all files together (each
-	// gets an equal share); default 4 MiB.
+	// gets an equal share); default 4 MiB. The agent sends a file in
+	// pieces of up to 256 KiB and gRPC's window lets a few more be in
+	// flight: what arrives past the share is dropped, and fetched again
+	// by the next step.
 	StepBytes int64
 	// StepTime bounds one step; default 250 ms, well under Rascal's
 	// 1 s Inspect interval.
