@@ -118,8 +118,11 @@ type LauncherConfig struct {
 	// KillGrace is what a timed-out command has between SIGTERM and
 	// SIGKILL. Default 10 seconds.
 	KillGrace time.Duration
-	// Limits bound the artifacts' pull.
+	// Limits bound the artifacts' pull, and the live copies of the logs.
 	Limits archive.Limits
+	// LiveLogs are the logs copied into the run directory while the run
+	// runs.
+	LiveLogs LiveLogs
 	// Logger receives what the Launcher does (never a secret or an
 	// environment value); nil discards it.
 	Logger *slog.Logger
@@ -143,6 +146,7 @@ func (c *LauncherConfig) applyDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.LiveLogs.applyDefaults()
 }
 
 // Launcher runs commands detached in sandboxes, with Rascal's four calls:
@@ -642,7 +646,9 @@ func (l *Launcher) connect(ctx context.Context, sb Sandbox) (transfer.Remote, er
 // sessions before it first reports Running false, so that the caller finds
 // meta.json then (a missing meta.json does not hold the run up: the
 // caller reports its absence). That first report may take up to
-// FinishTimeout. Later calls read the run directory only. A run whose
+// FinishTimeout; later calls read the run directory only. While the
+// command runs, each call also appends to the run directory's live copies
+// of its logs what the sandbox's files gained (LiveLogs). A run whose
 // start is under way elsewhere is running; one whose start died before
 // it spawned the command is ErrUnknownRun (its sandbox is deleted), and
 // one whose start died after is adopted. Any other error leaves the run
@@ -682,6 +688,7 @@ func (l *Launcher) Inspect(ctx context.Context, h Handle) (State, error) {
 		defer a.Close()
 	}
 	if st.State == agent.RunRunning || st.State == agent.RunStarting {
+		l.followStep(ctx, dir, rec, a.Agent())
 		return State{Running: true}, nil
 	}
 	return l.finish(ctx, dir, rec, sb, a, st)
@@ -771,6 +778,7 @@ func (l *Launcher) finish(ctx context.Context, dir string, rec *launchRecord, sb
 		}
 		return State{Running: true}, fmt.Errorf("finish run %s (attempt %d of %d): %w", rec.RunID, rec.FinishAttempts, maxFinishAttempts, failed)
 	}
+	l.endLive(dir, pres, pullErr)
 	rec.Finished, rec.ExitCode, rec.TimedOut, rec.Lost = true, code, st.TimedOut, st.State != agent.RunExited
 	rec.FinishedAt = time.Now().UTC()
 	rec.Pull, rec.SessionResults, rec.FinishError = &pres, results, ""

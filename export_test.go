@@ -1,0 +1,4 @@
+package ferry
+
+// MaxLiveRestarts is maxLiveRestarts, for the tests of the live copies.
+const MaxLiveRestarts = maxLiveRestarts
