@@ -39,6 +39,13 @@ type Sandboxes interface {
 	Delete(ctx context.Context, name string) error
 }
 
+// sandboxGetter is a Sandboxes that can look a sandbox up, as
+// *openshell.Client can: Remove asks it before it deletes a sandbox no
+// run of its own answers to.
+type sandboxGetter interface {
+	Get(ctx context.Context, name string) (openshell.Info, error)
+}
+
 // Handle names a run started by a Launcher, as Rascal's ExecutionHandle
 // does and as rascald stores it: Name and ID are both the run's handle
 // name (see HandleFor); Backend is LauncherConfig.Backend.
@@ -1011,9 +1018,12 @@ func waitEnded(ctx context.Context, c *agent.Client, stateDir string, d time.Dur
 }
 
 // Remove deletes the run's sandbox; one that is already gone, or a
-// handle no run answers to, is no error (as docker rm -f). A command still
-// running is killed first, so that nothing writes into the sandbox as it
-// goes; its artifacts are then lost (Stop keeps them). The run directory,
+// handle no run answers to, is no error (as docker rm -f). A sandbox
+// made for another run (StartDetached refused it), or one of an unknown
+// handle's name that no Launcher made (no ferry.managed label), is left
+// alone. A command still running is killed first, so that nothing
+// writes into the sandbox as it goes; its artifacts are then lost (Stop
+// keeps them). The run directory,
 // its record and the handle's index entry stay: Inspect still reports
 // how the run ended.
 func (l *Launcher) Remove(ctx context.Context, h Handle) error {
@@ -1022,8 +1032,10 @@ func (l *Launcher) Remove(ctx context.Context, h Handle) error {
 		return nil
 	}
 	name := SandboxName(h)
+	known := false
 	if dir, err := l.runOf(h); err == nil {
 		if rec, err := readRecord(dir); err == nil {
+			known = true
 			if rec.Foreign != "" {
 				l.cfg.Logger.Info("sandbox of another run left alone", "run_id", rec.RunID, "sandbox", rec.Sandbox)
 				return nil
@@ -1042,6 +1054,18 @@ func (l *Launcher) Remove(ctx context.Context, h Handle) error {
 		}
 	} else if !errors.Is(err, ErrUnknownRun) {
 		return fmt.Errorf("remove run %s: %w", key, err)
+	}
+	if g, ok := l.cfg.Sandboxes.(sandboxGetter); ok && !known {
+		// No run of ours answers to h: a sandbox of its name that no
+		// Launcher made is someone else's.
+		info, err := g.Get(ctx, name)
+		if errors.Is(err, relay.ErrNotFound) {
+			return nil
+		}
+		if err == nil && info.Labels[ManagedLabel] != "true" {
+			l.cfg.Logger.Info("sandbox no Launcher made left alone", "sandbox", name)
+			return nil
+		}
 	}
 	if err := l.cfg.Sandboxes.Delete(ctx, name); err != nil && !errors.Is(err, relay.ErrNotFound) {
 		return fmt.Errorf("remove run %s: %w", key, err)

@@ -1,11 +1,13 @@
 package ferry_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
@@ -13,6 +15,9 @@ import (
 
 	"github.com/ferry-dev/ferry"
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
+	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/relay/gateway"
+	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/openshell"
 	"github.com/ferry-dev/ferry/relay/openshell/policy"
 	"github.com/ferry-dev/ferry/transfer"
@@ -230,5 +235,69 @@ func TestLauncherConfigRefused(t *testing.T) {
 		if _, err := ferry.NewLauncher(c); err == nil {
 			t.Errorf("NewLauncher accepted %+v", c)
 		}
+	}
+}
+
+// TestLauncherRemoveUnknownHandle: Remove of a handle no run answers to
+// deletes a sandbox of its name only when a Launcher made it.
+func TestLauncherRemoveUnknownHandle(t *testing.T) {
+	e := newLaunchEnv(t)
+	l, err := ferry.NewLauncher(createConfig(t, e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		id      string
+		labels  map[string]string
+		deleted bool
+	}{
+		{"someones", map[string]string{"team": "x"}, false},
+		{"managed", map[string]string{ferry.ManagedLabel: "true"}, true},
+	} {
+		h, _ := l.HandleFor(tc.id)
+		name := ferry.SandboxName(h)
+		if _, err := e.c.Create(ctx(t), openshell.Spec{Name: name, Labels: tc.labels}); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Remove(ctx(t), h); err != nil {
+			t.Fatal(err)
+		}
+		_, err := e.c.Get(ctx(t), name)
+		if gone := errors.Is(err, relay.ErrNotFound); gone != tc.deleted {
+			t.Errorf("%s: sandbox deleted %v (%v), want %v", tc.id, gone, err, tc.deleted)
+		}
+	}
+	if err := l.Remove(ctx(t), ferry.Handle{Name: "rascal-never"}); err != nil {
+		t.Errorf("Remove of an unknown handle without a sandbox: %v", err)
+	}
+}
+
+// TestLauncherStartDeadline: a sandbox that is not READY by the caller's
+// deadline fails the start with an error naming it and its last phase,
+// and a start with time to wait then finds it, created once.
+func TestLauncherStartDeadline(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{Config: gateway.Config{ReadyDelay: 3 * time.Second}})
+	st, _ := newStore(t, nil)
+	e := &launchEnv{g: g, c: g.Client(t, openshell.Config{}), runs: t.TempDir(), st: st}
+	l, err := ferry.NewLauncher(createConfig(t, e))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := newRun(t, e.runs, "slowbox", map[string]string{"EXIT": "0"})
+	short, cancel := context.WithTimeout(ctx(t), 500*time.Millisecond)
+	defer cancel()
+	h, _ := l.HandleFor("slowbox")
+	_, err = l.StartDetached(short, spec)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "sandbox "+ferry.SandboxName(h)) || !strings.Contains(err.Error(), "still provisioning") {
+		t.Fatalf("start past its deadline: %v, want the sandbox and its phase named", err)
+	}
+	if _, err := l.StartDetached(ctx(t), spec); err != nil {
+		t.Fatal(err)
+	}
+	if s := inspectUntilDone(t, l, h); s.ExitCode != 0 {
+		t.Fatalf("exit code %d", s.ExitCode)
+	}
+	if n := len(g.Creates()); n != 1 {
+		t.Errorf("%d creates, want 1", n)
 	}
 }
