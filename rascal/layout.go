@@ -7,10 +7,11 @@ import (
 	"github.com/ferry-dev/ferry"
 )
 
-// This file is the Rascal layout: every input, secret, directory, session
-// and variable of a run, as Rascal's Docker backend has it
-// (internal/runner/docker.go, runner/Dockerfile) and as a ferry sandbox
-// has it. Nothing else in the package names a Rascal path or variable.
+// This file is the Rascal layout: every input, secret (and the providers
+// that cover it), directory, session, variable and label of a run, as
+// Rascal's Docker backend has it (internal/runner/docker.go,
+// runner/Dockerfile) and as a ferry sandbox has it. Nothing else in the
+// package names a Rascal path or variable.
 //
 // Docker's paths and ferry's, relative to the sandbox's workspace root
 // (the placeholders are ferry.ExpandPath's):
