@@ -7,15 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/openshell"
+	"github.com/ferry-dev/ferry/relay/openshell/policy"
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
@@ -28,11 +31,19 @@ import (
 type Sandboxes interface {
 	// Ensure makes sure that the sandbox spec.Name exists and can run
 	// commands, creating it from spec when it does not exist. It is
-	// idempotent.
+	// idempotent. One that exists without spec.Match's labels is a
+	// *openshell.ForeignError.
 	Ensure(ctx context.Context, spec openshell.Spec) (openshell.Info, error)
 	// Delete deletes the sandbox name; a sandbox that does not exist is
 	// an error wrapping relay.ErrNotFound.
 	Delete(ctx context.Context, name string) error
+}
+
+// sandboxGetter is a Sandboxes that can look a sandbox up, as
+// *openshell.Client can: Remove asks it before it deletes a sandbox no
+// run of its own answers to.
+type sandboxGetter interface {
+	Get(ctx context.Context, name string) (openshell.Info, error)
 }
 
 // Handle names a run started by a Launcher, as Rascal's ExecutionHandle
@@ -108,6 +119,31 @@ type LauncherConfig struct {
 	// Image is the sandbox image for a spec without one; "" is the
 	// gateway's default.
 	Image string
+	// PolicyPath is the sandboxes' policy: a YAML file, or a built-in
+	// policy ("default", "deny-all"; see package policy). It is read and
+	// checked as the gateway would check it once, by NewLauncher; "" leaves
+	// the policy to the gateway.
+	PolicyPath string
+	// Providers name the gateway's providers attached to every sandbox
+	// (SandboxSpec.providers): their credentials stay at the gateway,
+	// which injects them into the sandbox's requests.
+	Providers []string
+	// Env is every sandbox's static environment
+	// (SandboxSpec.environment), seen by every process in it. It is the
+	// configuration's alone: nothing of the Launcher's own environment is
+	// added. Never a secret.
+	Env map[string]string
+	// Labels are added to every sandbox's labels, each value made a label
+	// value by openshell.LabelValue. The Launcher adds its own:
+	// ferry.managed=true and RunIDLabel.
+	Labels map[string]string
+	// RunIDLabel is the label that says which run a sandbox was made for
+	// (its value openshell.LabelValue(RunID)): a sandbox of the run's name
+	// without it, or made for another run, is refused, never reused.
+	// Default "ferry.run_id".
+	RunIDLabel string
+	// Resources are every sandbox's CPU, memory and GPU.
+	Resources openshell.Resources
 	// Backend is Handle.Backend. Default "ferry".
 	Backend string
 	// FinishTimeout bounds the pull of the artifacts and the session save
@@ -137,6 +173,9 @@ func (c *LauncherConfig) applyDefaults() {
 	if c.Backend == "" {
 		c.Backend = "ferry"
 	}
+	if c.RunIDLabel == "" {
+		c.RunIDLabel = "ferry.run_id"
+	}
 	if c.FinishTimeout == 0 {
 		c.FinishTimeout = 2 * time.Minute
 	}
@@ -159,7 +198,24 @@ func (c *LauncherConfig) applyDefaults() {
 // variables a Rascal run has.
 type Launcher struct {
 	cfg LauncherConfig
+	// policy is PolicyPath's, checked; nil without one.
+	policy *policy.Policy
 }
+
+// ManagedLabel marks every sandbox a Launcher creates.
+const ManagedLabel = "ferry.managed"
+
+// PolicyError is a LauncherConfig.PolicyPath that cannot be the
+// sandboxes' policy: unreadable, not a policy (a *policy.SyntaxError), or
+// one the gateway would refuse (a *policy.UnsafeError, ...). Each names
+// the key at fault and its line.
+type PolicyError struct {
+	Path string
+	Err  error
+}
+
+func (e *PolicyError) Error() string { return fmt.Sprintf("policy %s: %v", e.Path, e.Err) }
+func (e *PolicyError) Unwrap() error { return e.Err }
 
 // NewLauncher checks cfg and returns a Launcher.
 func NewLauncher(cfg LauncherConfig) (*Launcher, error) {
@@ -183,7 +239,56 @@ func NewLauncher(cfg LauncherConfig) (*Launcher, error) {
 		return nil, fmt.Errorf("new launcher: %w", err)
 	}
 	cfg.RunsDir = abs
-	return &Launcher{cfg: cfg}, nil
+	l := &Launcher{cfg: cfg}
+	if cfg.PolicyPath != "" {
+		p, err := policy.Load(cfg.PolicyPath)
+		if err == nil {
+			err = p.Check()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("new launcher: %w", &PolicyError{Path: cfg.PolicyPath, Err: err})
+		}
+		l.policy = p
+	}
+	for _, k := range append(slices.Sorted(maps.Keys(cfg.Labels)), cfg.RunIDLabel) {
+		if err := openshell.CheckLabelKey(k); err != nil {
+			return nil, fmt.Errorf("new launcher: %w", err)
+		}
+	}
+	for k := range cfg.Env {
+		if !envNameRE.MatchString(k) {
+			return nil, fmt.Errorf("new launcher: environment variable %q: not a variable name", k)
+		}
+	}
+	for _, p := range cfg.Providers {
+		if strings.TrimSpace(p) == "" {
+			return nil, errors.New("new launcher: an empty provider name")
+		}
+	}
+	if err := cfg.Resources.Check(); err != nil {
+		return nil, fmt.Errorf("new launcher: %w", err)
+	}
+	return l, nil
+}
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// sandboxSpec is what the run's sandbox is created from: the
+// configuration and the spec's labels, nothing else (no variable of the
+// process's environment, no secret).
+func (l *Launcher) sandboxSpec(name, image string, spec LaunchSpec) openshell.Spec {
+	labels := make(map[string]string, len(l.cfg.Labels)+len(spec.Labels)+2)
+	for _, m := range []map[string]string{l.cfg.Labels, spec.Labels} {
+		for k, v := range m {
+			labels[k] = openshell.LabelValue(v)
+		}
+	}
+	labels[ManagedLabel] = "true"
+	labels[l.cfg.RunIDLabel] = openshell.LabelValue(spec.RunID)
+	return openshell.Spec{
+		Name: name, Image: image, Env: maps.Clone(l.cfg.Env), Labels: labels, Policy: l.policy,
+		Providers: slices.Clone(l.cfg.Providers), Resources: l.cfg.Resources, Match: []string{l.cfg.RunIDLabel},
+	}
 }
 
 // LaunchSpec is one run for StartDetached.
@@ -212,6 +317,10 @@ type LaunchSpec struct {
 	Dirs []string
 	// Image is the sandbox's image; default LauncherConfig.Image.
 	Image string
+	// Labels are added to the sandbox's (LauncherConfig.Labels), each
+	// value made a label value by openshell.LabelValue; a key that is not
+	// a label key is the gateway's error.
+	Labels map[string]string
 	// Argv is the command. Its output is appended to the meta
 	// directory's runner.log.
 	Argv []string
@@ -428,6 +537,9 @@ func (l *Launcher) StartDetached(ctx context.Context, spec LaunchSpec) (Handle, 
 		return Handle{}, fmt.Errorf("start run %s: %s holds run %s", spec.RunID, dir, rec.RunID)
 	case err == nil && rec.Spawned:
 		return h, nil
+	case err == nil && rec.Foreign != "":
+		// A retry: the sandbox in the way may be gone by now.
+		rec.Finished, rec.ExitCode, rec.Lost, rec.Foreign, rec.FinishedAt = false, 0, false, "", time.Time{}
 	case err != nil && !errors.Is(err, ErrUnknownRun):
 		return Handle{}, err
 	case err != nil:
@@ -448,7 +560,18 @@ func (l *Launcher) StartDetached(ctx context.Context, spec LaunchSpec) (Handle, 
 	if image == "" {
 		image = l.cfg.Image
 	}
-	if _, err := l.cfg.Sandboxes.Ensure(ctx, openshell.Spec{Name: rec.Sandbox, Image: image}); err != nil {
+	if _, err := l.cfg.Sandboxes.Ensure(ctx, l.sandboxSpec(rec.Sandbox, image, spec)); err != nil {
+		var foreign *openshell.ForeignError
+		if errors.As(err, &foreign) {
+			// The intent must not stand: a Launcher that found it unspawned
+			// would ask that sandbox for the run and delete it.
+			rec.Finished, rec.ExitCode, rec.Lost, rec.Foreign = true, ExitLost, true, foreign.Error()
+			rec.FinishedAt = time.Now().UTC()
+			if werr := writeRecord(dir, rec); werr != nil {
+				log.Warn("cannot record a refused sandbox", "err", werr)
+			}
+			log.Warn("sandbox of the run's name made for another run; refused", "err", err)
+		}
 		return Handle{}, fmt.Errorf("start run %s: %w", spec.RunID, err)
 	}
 	sb := l.sandbox(rec.Sandbox)
@@ -903,9 +1026,12 @@ func waitEnded(ctx context.Context, c *agent.Client, stateDir string, d time.Dur
 }
 
 // Remove deletes the run's sandbox; one that is already gone, or a
-// handle no run answers to, is no error (as docker rm -f). A command still
-// running is killed first, so that nothing writes into the sandbox as it
-// goes; its artifacts are then lost (Stop keeps them). The run directory,
+// handle no run answers to, is no error (as docker rm -f). A sandbox
+// made for another run (StartDetached refused it), or one of an unknown
+// handle's name that no Launcher made (no ferry.managed label), is left
+// alone. A command still running is killed first, so that nothing
+// writes into the sandbox as it goes; its artifacts are then lost (Stop
+// keeps them). The run directory,
 // its record and the handle's index entry stay: Inspect still reports
 // how the run ended.
 func (l *Launcher) Remove(ctx context.Context, h Handle) error {
@@ -914,8 +1040,14 @@ func (l *Launcher) Remove(ctx context.Context, h Handle) error {
 		return nil
 	}
 	name := SandboxName(h)
+	known := false
 	if dir, err := l.runOf(h); err == nil {
 		if rec, err := readRecord(dir); err == nil {
+			known = true
+			if rec.Foreign != "" {
+				l.cfg.Logger.Info("sandbox of another run left alone", "run_id", rec.RunID, "sandbox", rec.Sandbox)
+				return nil
+			}
 			name = rec.Sandbox
 			if !rec.Finished {
 				kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -930,6 +1062,18 @@ func (l *Launcher) Remove(ctx context.Context, h Handle) error {
 		}
 	} else if !errors.Is(err, ErrUnknownRun) {
 		return fmt.Errorf("remove run %s: %w", key, err)
+	}
+	if g, ok := l.cfg.Sandboxes.(sandboxGetter); ok && !known {
+		// No run of ours answers to h: a sandbox of its name that no
+		// Launcher made is someone else's.
+		info, err := g.Get(ctx, name)
+		if errors.Is(err, relay.ErrNotFound) {
+			return nil
+		}
+		if err == nil && info.Labels[ManagedLabel] != "true" {
+			l.cfg.Logger.Info("sandbox no Launcher made left alone", "sandbox", name)
+			return nil
+		}
 	}
 	if err := l.cfg.Sandboxes.Delete(ctx, name); err != nil && !errors.Is(err, relay.ErrNotFound) {
 		return fmt.Errorf("remove run %s: %w", key, err)

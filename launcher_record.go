@@ -109,6 +109,10 @@ type launchRecord struct {
 	SessionResults []RunSession `json:"session_results,omitempty"`
 	FinishAttempts int          `json:"finish_attempts,omitempty"`
 	FinishError    string       `json:"finish_error,omitempty"`
+	// Foreign: the sandbox of the run's name was made for another run
+	// (openshell.ForeignError, its text): the run is finished, lost, and
+	// that sandbox is never touched, not even by Remove.
+	Foreign string `json:"foreign,omitempty"`
 }
 
 // readRecord reads the run directory's record; a missing one is
@@ -143,7 +147,9 @@ func writeRecord(dir string, rec *launchRecord) error {
 }
 
 // writeFileAtomic replaces dir/name with data: a synced temporary file
-// renamed over it, then the directory synced.
+// renamed over it, then the directory synced. The file is 0600, as
+// policy.WriteFile writes a spec: the Launcher's state names sandboxes,
+// session keys and run directories, nobody else's to read.
 func writeFileAtomic(dir, name string, data []byte) error {
 	f, err := os.CreateTemp(dir, name+".tmp-")
 	if err != nil {
@@ -158,7 +164,7 @@ func writeFileAtomic(dir, name string, data []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Chmod(tmp, 0o644)
+		err = os.Chmod(tmp, 0o600)
 	}
 	if err == nil {
 		err = os.Rename(tmp, filepath.Join(dir, name))

@@ -7,10 +7,11 @@ import (
 	"github.com/ferry-dev/ferry"
 )
 
-// This file is the Rascal layout: every input, secret, directory, session
-// and variable of a run, as Rascal's Docker backend has it
-// (internal/runner/docker.go, runner/Dockerfile) and as a ferry sandbox
-// has it. Nothing else in the package names a Rascal path or variable.
+// This file is the Rascal layout: every input, secret (and the providers
+// that cover it), directory, session, variable and label of a run, as
+// Rascal's Docker backend has it (internal/runner/docker.go,
+// runner/Dockerfile) and as a ferry sandbox has it. Nothing else in the
+// package names a Rascal path or variable.
 //
 // Docker's paths and ferry's, relative to the sandbox's workspace root
 // (the placeholders are ferry.ExpandPath's):
@@ -29,7 +30,9 @@ const (
 	// meta directory when present.
 	input kind = iota
 	// secret: a file of the secrets directory, uploaded when present;
-	// env, when set, names its sandbox path.
+	// env, when set, names its sandbox path. A provider of one of the
+	// types in providers covers it: then neither the file nor env is in
+	// the sandbox, the gateway injects the credential.
 	secret
 	// dir: a directory created in the sandbox.
 	dir
@@ -37,6 +40,9 @@ const (
 	sessionDir
 	// variable: an environment variable, its value as it is.
 	variable
+	// label: a label of the sandbox, its value made a label value
+	// (openshell.LabelValue): Docker's --label.
+	label
 	// pathVariable: an environment variable whose value is a sandbox path
 	// (ferry.ExpandPath's placeholders).
 	pathVariable
@@ -50,6 +56,9 @@ type row struct {
 	name string
 	// env is a secret's variable.
 	env string
+	// providers are the provider types (upstream's provider ids) that
+	// cover a secret.
+	providers []string
 	// docker is what Docker has: the mount, path or value. For the
 	// reader, and for a test that compares.
 	docker string
@@ -69,6 +78,8 @@ type run struct {
 	// githubToken: a GitHub token is configured (or in the secrets
 	// directory already).
 	githubToken bool
+	// covered are the secrets a provider covers (Coverage).
+	covered map[string]bool
 }
 
 func lit(v string) func(*run) string { return func(*run) string { return v } }
@@ -90,12 +101,25 @@ var layout = []row{
 
 	// The secrets, and the variables that point at them. Docker sets the
 	// provider's variable whether or not its file is there.
+	// A provider that covers one (upstream's provider ids and the
+	// variables they inject: github GITHUB_TOKEN/GH_TOKEN, claude-code and
+	// anthropic ANTHROPIC_API_KEY, codex and openai OPENAI_API_KEY) keeps
+	// it at the gateway.
 	{kind: secret, name: "gh_token", env: "GH_TOKEN_FILE", docker: "/run/rascal-secrets/gh_token", value: lit("${SECRETS}/gh_token"),
-		when: func(r *run) bool { return r.githubToken }},
+		providers: []string{"github"},
+		when:      func(r *run) bool { return r.githubToken }},
 	{kind: secret, name: "codex_auth.json", env: "CODEX_AUTH_FILE", docker: "/run/rascal-secrets/codex_auth.json", value: lit("${SECRETS}/codex_auth.json"),
-		when: func(r *run) bool { return r.runtime.Provider() != ModelProviderAnthropic }},
+		providers: []string{"codex", "openai"},
+		when:      func(r *run) bool { return r.runtime.Provider() != ModelProviderAnthropic }},
 	{kind: secret, name: "claude_oauth_token", env: "CLAUDE_CODE_OAUTH_TOKEN_FILE", docker: "/run/rascal-secrets/claude_oauth_token", value: lit("${SECRETS}/claude_oauth_token"),
-		when: func(r *run) bool { return r.runtime.Provider() == ModelProviderAnthropic }},
+		providers: []string{"claude-code", "claude", "anthropic"},
+		when:      func(r *run) bool { return r.runtime.Provider() == ModelProviderAnthropic }},
+
+	// Docker's --label, in its order (RunIDLabel says which run a sandbox
+	// is for).
+	{kind: label, name: RunIDLabel, value: func(r *run) string { return r.spec.RunID }},
+	{kind: label, name: "rascal.task_id", value: func(r *run) string { return r.spec.TaskID }},
+	{kind: label, name: "rascal.repo", value: func(r *run) string { return r.spec.Repo }},
 
 	// The image's WORKDIR and mount.
 	{kind: dir, name: ferry.WorkRemote, docker: "/work"},
@@ -184,6 +208,44 @@ var layout = []row{
 	{kind: pathVariable, name: "RASCAL_REPO_DIR", docker: "(unset: the worker's default /work/repo)", value: lit("${WORK}/repo")},
 }
 
+// RunIDLabel is the label that names a sandbox's run, Docker's
+// rascal.run_id: a sandbox of a run's name without it, or another run's,
+// is refused.
+const RunIDLabel = "rascal.run_id"
+
+// DefaultSandboxEnv is Config.SandboxEnv's default: the design's static
+// environment, which Docker's backend also sets per run. Nothing in it
+// is a secret.
+var DefaultSandboxEnv = map[string]string{"GIT_TERMINAL_PROMPT": "0", "GH_PROMPT_DISABLED": "1"}
+
+// Coverage is the secrets that the providers cover, by the provider's
+// type: types maps a provider's name to its type (upstream's provider
+// id: github, claude-code, anthropic, codex, openai); a name types does
+// not hold is its own type, as `openshell sandbox create -- claude`
+// names the provider it creates.
+func Coverage(providers []string, types map[string]string) map[string]bool {
+	have := map[string]bool{}
+	for _, p := range providers {
+		t := p
+		if v, ok := types[p]; ok {
+			t = v
+		}
+		have[strings.ToLower(strings.TrimSpace(t))] = true
+	}
+	out := map[string]bool{}
+	for _, w := range layout {
+		if w.kind != secret {
+			continue
+		}
+		for _, t := range w.providers {
+			if have[t] {
+				out[w.name] = true
+			}
+		}
+	}
+	return out
+}
+
 // DefaultCommand is the image's entrypoint, runner/entrypoint.sh's
 // `exec rascal-runner >>/rascal-meta/runner.log 2>&1`: the Launcher
 // appends the command's output to the meta directory's runner.log.
@@ -196,13 +258,17 @@ const Workdir = ferry.WorkRemote
 func launchSpec(r *run) ferry.LaunchSpec {
 	ls := ferry.LaunchSpec{
 		RunID: r.spec.RunID, RunDir: r.spec.RunDir, SecretsDir: r.spec.SecretsDir, Image: r.spec.RunnerImage,
-		Workdir: Workdir, Env: map[string]string{}, PathEnv: map[string]string{},
+		Workdir: Workdir, Env: map[string]string{}, PathEnv: map[string]string{}, Labels: map[string]string{},
 	}
 	key := strings.TrimSpace(r.spec.TaskSession.TaskKey)
 	if key == "" {
 		key = TaskSessionKey(r.spec.Repo, r.spec.TaskID)
 	}
 	for _, w := range layout {
+		if w.kind == secret && r.covered[w.name] {
+			// At the gateway: neither the file nor its variable.
+			continue
+		}
 		if w.when != nil && !w.when(r) {
 			if w.kind == secret {
 				// The file still travels if it is there: its variable
@@ -223,6 +289,8 @@ func launchSpec(r *run) ferry.LaunchSpec {
 			ls.Sessions = append(ls.Sessions, ferry.SessionMapping{Key: key, Remote: w.name})
 		case variable:
 			ls.Env[w.name] = w.value(r)
+		case label:
+			ls.Labels[w.name] = w.value(r)
 		case pathVariable:
 			ls.PathEnv[w.name] = w.value(r)
 		}

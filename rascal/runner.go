@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,6 +60,26 @@ type Config struct {
 	// such as a PATH that finds rascal-runner and the agent CLIs. Never
 	// a secret.
 	Env map[string]string
+	// PolicyPath is every sandbox's policy: a YAML file, or "default" or
+	// "deny-all" (ferry's built-in ones); read and checked once by New.
+	// "" leaves it to the gateway.
+	PolicyPath string
+	// Providers name the gateway's providers attached to every sandbox.
+	// A provider that covers a secret (Coverage; README.md, "Providers
+	// and Rascal's secrets") keeps it at the gateway: its file is not
+	// uploaded, nor written, and its *_FILE variable is not set.
+	Providers []string
+	// ProviderTypes is the type of each provider whose name is not its
+	// type ("my-github": "github").
+	ProviderTypes map[string]string
+	// SandboxEnv is every sandbox's static environment; nil is
+	// DefaultSandboxEnv. Never a secret.
+	SandboxEnv map[string]string
+	// Security is Rascal's DockerSecurityConfig: its CPUs and Memory
+	// become every sandbox's resource limits in baseline and strict mode,
+	// as Docker applies them (Memory in Docker's units, "4g", made
+	// OpenShell's "4Gi"). The rest has no sandbox equivalent (README.md).
+	Security DockerSecurityConfig
 	// Agents are the ferry agent builds; default those ferry embeds.
 	Agents agent.Bundle
 	// FinishTimeout and KillGrace are the Launcher's (zero: its
@@ -78,6 +100,8 @@ type Runner struct {
 	client *openshell.Client
 	cfg    Config
 	log    *slog.Logger
+	// covered are the secrets the providers keep at the gateway.
+	covered map[string]bool
 }
 
 // New dials the gateway, opens the session store and returns a Runner
@@ -140,15 +164,24 @@ func newRunner(c *openshell.Client, st *session.Store, cfg Config) (*Runner, err
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.SandboxEnv == nil {
+		cfg.SandboxEnv = DefaultSandboxEnv
+	}
+	res, err := cfg.Security.resources()
+	if err != nil {
+		return nil, fmt.Errorf("rascal: %w", err)
+	}
 	l, err := ferry.NewLauncher(ferry.LauncherConfig{
 		Sandboxes: c, X: c, RunsDir: cfg.RunsDir, Store: st, Agents: cfg.Agents, Mode: transfer.ModeAgent,
 		Image: cfg.Image, Backend: string(ExecutionBackendDocker), FinishTimeout: cfg.FinishTimeout,
 		KillGrace: cfg.KillGrace, Logger: cfg.Logger, AfterSpawn: cfg.AfterSpawn,
+		PolicyPath: cfg.PolicyPath, Providers: cfg.Providers, Env: cfg.SandboxEnv, RunIDLabel: RunIDLabel,
+		Resources: res,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rascal: %w", err)
 	}
-	return &Runner{l: l, cfg: cfg, log: cfg.Logger}, nil
+	return &Runner{l: l, cfg: cfg, log: cfg.Logger, covered: Coverage(cfg.Providers, cfg.ProviderTypes)}, nil
 }
 
 // Close ends the gateway connection New made. The runs go on.
@@ -174,11 +207,11 @@ func (r *Runner) StartDetached(ctx context.Context, spec Spec) (ExecutionHandle,
 		spec.SecretsDir = SecretsDir(spec.RunDir)
 	}
 	rt := NormalizeRuntime(string(spec.AgentRuntime))
-	rn := &run{spec: spec, runtime: rt, session: spec.TaskSession.Resume && strings.TrimSpace(spec.TaskSession.TaskDir) != ""}
+	rn := &run{spec: spec, runtime: rt, session: spec.TaskSession.Resume && strings.TrimSpace(spec.TaskSession.TaskDir) != "", covered: r.covered}
 	if err := os.MkdirAll(spec.RunDir, 0o755); err != nil {
 		return ExecutionHandle{}, fmt.Errorf("create run dir: %w", err)
 	}
-	if tok := strings.TrimSpace(r.cfg.GitHubToken); tok != "" {
+	if tok := strings.TrimSpace(r.cfg.GitHubToken); tok != "" && !r.covered["gh_token"] {
 		if err := writeSecret(spec.SecretsDir, "gh_token", tok); err != nil {
 			return ExecutionHandle{}, fmt.Errorf("write github token secret: %w", err)
 		}
@@ -290,3 +323,48 @@ func appendLog(p string, lines ...string) error {
 	}
 	return nil
 }
+
+// resources are c's limits as a sandbox's: CPUs and Memory in baseline
+// and strict mode, nothing in open mode, as Docker's dockerRunArgs.
+func (c DockerSecurityConfig) resources() (openshell.Resources, error) {
+	if NormalizeDockerSecurityMode(string(c.Mode)) == DockerSecurityOpen {
+		return openshell.Resources{}, nil
+	}
+	mem, err := dockerMemory(strings.TrimSpace(c.Memory))
+	if err != nil {
+		return openshell.Resources{}, err
+	}
+	r := openshell.Resources{CPULimit: strings.TrimSpace(c.CPUs), MemoryLimit: mem}
+	if err := r.Check(); err != nil {
+		return openshell.Resources{}, fmt.Errorf("security: %w", err)
+	}
+	return r, nil
+}
+
+// dockerMemory is a size in docker run --memory's units (go-units
+// RAMInBytes: b, k, m, g, t, p, binary, an optional "b"/"ib") as an
+// OpenShell quantity: "4g" is "4Gi", "1.5g" 1610612736 bytes.
+func dockerMemory(v string) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	m := dockerMemRE.FindStringSubmatch(v)
+	if m == nil {
+		return "", fmt.Errorf("security: memory %q: not a docker size such as 4g or 512m", v)
+	}
+	unit := strings.ToUpper(m[2])
+	if !strings.Contains(m[1], ".") {
+		if unit == "" {
+			return m[1], nil
+		}
+		return m[1] + unit + "i", nil
+	}
+	f, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return "", fmt.Errorf("security: memory %q: %w", v, err)
+	}
+	mult := map[string]float64{"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}[unit]
+	return strconv.FormatInt(int64(f*mult), 10), nil
+}
+
+var dockerMemRE = regexp.MustCompile(`^(\d+(?:\.\d+)?) ?([kKmMgGtTpP])?[iI]?[bB]?$`)

@@ -323,3 +323,38 @@ func sanitizeSessionSlug(in string) string {
 func TaskSessionName(repo, taskID string) string {
 	return "rascal-" + TaskSessionKey(repo, taskID)
 }
+
+// DockerSecurityMode is Rascal's runner.DockerSecurityMode.
+type DockerSecurityMode string
+
+// Rascal's Docker security modes; "" is baseline.
+const (
+	DockerSecurityOpen     DockerSecurityMode = "open"
+	DockerSecurityBaseline DockerSecurityMode = "baseline"
+	DockerSecurityStrict   DockerSecurityMode = "strict"
+)
+
+// NormalizeDockerSecurityMode is Rascal's: an unknown or empty mode is
+// baseline.
+func NormalizeDockerSecurityMode(raw string) DockerSecurityMode {
+	switch DockerSecurityMode(strings.ToLower(strings.TrimSpace(raw))) {
+	case DockerSecurityOpen:
+		return DockerSecurityOpen
+	case DockerSecurityStrict:
+		return DockerSecurityStrict
+	}
+	return DockerSecurityBaseline
+}
+
+// DockerSecurityConfig is Rascal's runner.DockerSecurityConfig, field for
+// field. Only CPUs and Memory become something in a sandbox
+// (Config.Security); README.md, "What each Docker feature becomes", says
+// what becomes of the rest.
+type DockerSecurityConfig struct {
+	Mode            DockerSecurityMode
+	CPUs            string
+	Memory          string
+	PidsLimit       int
+	TmpfsTmpSize    string
+	AllowEnvSecrets bool
+}

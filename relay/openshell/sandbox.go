@@ -85,6 +85,13 @@ type Spec struct {
 	// into the sandbox (SandboxSpec.providers), so that the sandbox never
 	// holds them in a file.
 	Providers []string
+	// Resources are the sandbox's CPU, memory and GPU.
+	Resources Resources
+	// Match names labels of Labels that make a sandbox of this name the
+	// one Ensure wants: one found without them, or with other values,
+	// was made for something else and is an error (*ForeignError), not
+	// reused. Create ignores it.
+	Match []string
 }
 
 // request is the CreateSandboxRequest for s in workspace ws. It always
@@ -96,9 +103,10 @@ func (s Spec) request(ws string) *openshellv1.CreateSandboxRequest {
 		Policy:      s.Policy.Proto(),
 		Providers:   s.Providers,
 	}}
-	if s.Image != "" {
-		req.Spec.Template = &openshellv1.SandboxTemplate{Image: s.Image}
+	if res := s.Resources.template(); s.Image != "" || res != nil {
+		req.Spec.Template = &openshellv1.SandboxTemplate{Image: s.Image, Resources: res}
 	}
+	req.Spec.ResourceRequirements = s.Resources.requirements()
 	return req
 }
 
@@ -275,6 +283,8 @@ type Info struct {
 	Labels  map[string]string
 	// Providers are the providers attached to it (SandboxSpec.providers).
 	Providers []string
+	// Resources are what its spec asks for.
+	Resources Resources
 }
 
 // describe is sb as an Info; a nil sb is the zero Info.
@@ -289,6 +299,7 @@ func describe(sb *openshellv1.Sandbox) Info {
 		Phase:     phaseName(sb.GetStatus().GetPhase()),
 		Labels:    sb.GetMetadata().GetLabels(),
 		Providers: sb.GetSpec().GetProviders(),
+		Resources: resourcesOf(sb.GetSpec()),
 	}
 	if ms := sb.GetMetadata().GetCreatedAtMs(); ms > 0 {
 		i.Created = time.UnixMilli(ms)

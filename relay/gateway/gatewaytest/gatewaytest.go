@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
 
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 	"github.com/ferry-dev/ferry/relay/gateway"
@@ -95,6 +96,21 @@ type Gateway struct {
 	// Seen records every exec request and log line, unless the test set
 	// its own Logger.
 	Seen *Seen
+
+	mu      sync.Mutex
+	creates []*openshellv1.CreateSandboxRequest
+}
+
+// Creates are the CreateSandboxRequests the gateway received, as they
+// arrived (copies), in order.
+func (g *Gateway) Creates() []*openshellv1.CreateSandboxRequest {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]*openshellv1.CreateSandboxRequest, len(g.creates))
+	for i, r := range g.creates {
+		out[i] = proto.Clone(r).(*openshellv1.CreateSandboxRequest)
+	}
+	return out
 }
 
 // Start starts a gateway that stops when t ends.
@@ -120,6 +136,13 @@ func Start(t testing.TB, opts Options) *Gateway {
 	// none writes the gateway's logs into a temp dir being removed.
 	sopts := append(gateway.ServerOptions(), grpc.WaitForHandlers(true), grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		return handler(srv, &recordingStream{ServerStream: ss, seen: seen})
+	}), grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if r, ok := req.(*openshellv1.CreateSandboxRequest); ok {
+			g.mu.Lock()
+			g.creates = append(g.creates, proto.Clone(r).(*openshellv1.CreateSandboxRequest))
+			g.mu.Unlock()
+		}
+		return handler(ctx, req)
 	}))
 	if !opts.Plaintext {
 		g.CertDir = filepath.Join(t.TempDir(), "certs")
