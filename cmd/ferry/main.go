@@ -28,8 +28,14 @@ func main() {
 		debug.SetMemoryLimit(heapLimit)
 	}
 	growPipes(os.Stdin, os.Stdout)
+	os.Exit(runMain(os.Args[1:]))
+}
+
+// runMain runs ferry as the process does: SIGINT and SIGTERM cancel the
+// run's context, and ferry returns through its cleanup (the artifact pull,
+// --delete) rather than dying; further signals are ignored until then.
+func runMain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	defer stop()
+	return run(ctx, args, os.Stdin, os.Stdout, os.Stderr)
 }

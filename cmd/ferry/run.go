@@ -96,11 +96,6 @@ prune of the store is not idle.`,
 				}
 				spec.Sessions = append(spec.Sessions, ferry.SessionMapping{Key: k, Remote: r})
 			}
-			if len(spec.Sessions) > 0 {
-				if spec.Store, err = g.openStore(cmd.Context()); err != nil {
-					return err
-				}
-			}
 			if err := (&relay.Command{Argv: spec.Argv, Env: spec.Env, Workdir: wd}).Validate(); err != nil {
 				return usageError{err}
 			}
@@ -117,17 +112,26 @@ prune of the store is not idle.`,
 					return err
 				}
 			}
-			x, closeFn, err := g.execer()
+			// Every usage check comes before the sandbox is touched: a
+			// mistake in the call creates nothing and deletes nothing.
+			sb, err := g.sandbox(nil, name)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
+			sb.IdleTimeout = idleTimeout
 			if create != "" || del {
 				c, err := g.client()
 				if err != nil {
 					return err
 				}
 				defer c.Close()
+				if del {
+					// Registered before the create, so that a create
+					// interrupted while it waits for the sandbox (Ctrl-C,
+					// a failure to become ready) does not leave it behind;
+					// from here every exit path returns through it.
+					defer deleteSandbox(cmd.Context(), c, name, s.err)
+				}
 				if create != "" {
 					// Ensure, not Create: a retried run finds the sandbox
 					// its first attempt made.
@@ -135,21 +139,18 @@ prune of the store is not idle.`,
 						return err
 					}
 				}
-				if del {
-					defer func() {
-						dctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), time.Minute)
-						defer cancel()
-						if err := c.Delete(dctx, name); err != nil && !errors.Is(err, relay.ErrNotFound) {
-							fmt.Fprintf(s.err, "ferry: %s\n", oneLine(err))
-						}
-					}()
+			}
+			if len(spec.Sessions) > 0 {
+				if spec.Store, err = g.openStore(cmd.Context()); err != nil {
+					return err
 				}
 			}
-			sb, err := g.sandbox(x, name)
+			x, closeFn, err := g.execer()
 			if err != nil {
 				return err
 			}
-			sb.IdleTimeout = idleTimeout
+			defer closeFn()
+			sb.X = x
 			res, err := ferry.Run(cmd.Context(), sb, spec)
 			if g.json {
 				if e := json.NewEncoder(s.out).Encode(res); e != nil {
@@ -218,6 +219,16 @@ prune of the store is not idle.`,
 	sf.add(f, "sandbox-env", "")
 	addIdleFlag(cmd, &idle)
 	return cmd
+}
+
+// deleteSandbox is --delete: it runs after a cancelled ctx too (Ctrl-C),
+// under a deadline of its own.
+func deleteSandbox(ctx context.Context, c *openshell.Client, name string, errw io.Writer) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := c.Delete(dctx, name); err != nil && !errors.Is(err, relay.ErrNotFound) {
+		fmt.Fprintf(errw, "ferry: %s\n", oneLine(err))
+	}
 }
 
 func mappings(flag string, vals []string) ([]ferry.Mapping, error) {

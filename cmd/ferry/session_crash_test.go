@@ -60,7 +60,7 @@ func init() {
 		var b agent.Bundle
 		return b, gob.NewDecoder(f).Decode(&b)
 	}
-	os.Exit(run(context.Background(), args, os.Stdin, os.Stdout, os.Stderr))
+	os.Exit(runMain(args))
 }
 
 // startFerry starts this binary as `ferry args...` in the test's
