@@ -149,8 +149,8 @@ func (c *Client) watchReady(ctx context.Context, sb *openshellv1.Sandbox) (*open
 	last := sb.GetStatus().GetPhase()
 	stream, err := c.api.WatchSandbox(ctx, &openshellv1.WatchSandboxRequest{Id: sb.GetMetadata().GetId(), FollowStatus: true, StopOnTerminal: true})
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("wait for sandbox %s: still %s: %w", name, phaseName(last), ctx.Err())
+		if cerr := deadlineErr(ctx, err); cerr != nil {
+			return nil, fmt.Errorf("wait for sandbox %s: still %s: %w", name, phaseName(last), cerr)
 		}
 		return nil, c.lifecycleError("watch sandbox "+name, err)
 	}
@@ -160,8 +160,8 @@ func (c *Client) watchReady(ctx context.Context, sb *openshellv1.Sandbox) (*open
 			return nil, fmt.Errorf("watch sandbox %s: %w: watch ended before READY (phase %s)", name, relay.ErrNotReady, phaseName(last))
 		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("wait for sandbox %s: still %s: %w", name, phaseName(last), ctx.Err())
+			if cerr := deadlineErr(ctx, err); cerr != nil {
+				return nil, fmt.Errorf("wait for sandbox %s: still %s: %w", name, phaseName(last), cerr)
 			}
 			return nil, c.lifecycleError("watch sandbox "+name, err)
 		}
@@ -321,4 +321,17 @@ func phaseName(p openshellv1.SandboxPhase) string {
 		}
 	}
 	return string(b)
+}
+
+// deadlineErr is the caller's context error behind an RPC's err, or nil.
+// gRPC times a deadline with its own timer, which may fire (as
+// DEADLINE_EXCEEDED) an instant before ctx says it has ended.
+func deadlineErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	if _, ok := ctx.Deadline(); ok && status.Code(err) == codes.DeadlineExceeded {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
