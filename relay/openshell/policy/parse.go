@@ -119,56 +119,10 @@ type field struct {
 	scalar   bool
 }
 
-// fields reads the mapping n, refusing keys not in fs, a key twice, and a
-// required key that is missing.
-func (p *parser) fields(n *yaml.Node, key string, fs map[string]field) error {
-	if n.Kind != yaml.MappingNode {
-		return p.errorf(n, key, "expected a mapping, got %s", kindName(n))
-	}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, err := p.node(n.Content[i], key)
-		if err != nil {
-			return err
-		}
-		if k.Kind != yaml.ScalarNode {
-			return p.errorf(k, key, "expected a key, got %s", kindName(k))
-		}
-		name := k.Value
-		child := join(key, name)
-		f, ok := fs[name]
-		if !ok {
-			return p.errorf(k, child, "unknown key; want one of %s", strings.Join(sortedKeys(fs), ", "))
-		}
-		if seen[name] {
-			return p.errorf(k, child, "duplicate key")
-		}
-		seen[name] = true
-		p.lines[child] = k.Line
-		v, err := p.node(n.Content[i+1], child)
-		if err != nil {
-			return err
-		}
-		if isNull(v) && !f.scalar {
-			if f.required {
-				return p.errorf(v, child, "must not be null")
-			}
-			continue
-		}
-		if err := f.read(v, child); err != nil {
-			return err
-		}
-	}
-	for _, name := range sortedKeys(fs) {
-		if fs[name].required && !seen[name] {
-			return p.errorf(n, join(key, name), "missing required key")
-		}
-	}
-	return nil
-}
-
-// entries reads the mapping n as a map with any keys, in file order.
-func (p *parser) entries(n *yaml.Node, key string, each func(name string, v *yaml.Node, key string) error) error {
+// pairs walks the mapping n in file order, refusing a key that is not a
+// scalar or comes twice, and hands each key node and its unresolved value
+// to each, with the key's path.
+func (p *parser) pairs(n *yaml.Node, key string, each func(k, v *yaml.Node, child string) error) error {
 	if n.Kind != yaml.MappingNode {
 		return p.errorf(n, key, "expected a mapping, got %s", kindName(n))
 	}
@@ -187,15 +141,55 @@ func (p *parser) entries(n *yaml.Node, key string, each func(name string, v *yam
 		}
 		seen[k.Value] = true
 		p.lines[child] = k.Line
-		v, err := p.node(n.Content[i+1], child)
-		if err != nil {
-			return err
-		}
-		if err := each(k.Value, v, child); err != nil {
+		if err := each(k, n.Content[i+1], child); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// fields reads the mapping n, refusing keys not in fs, a key twice, and a
+// required key that is missing.
+func (p *parser) fields(n *yaml.Node, key string, fs map[string]field) error {
+	seen := map[string]bool{}
+	err := p.pairs(n, key, func(k, raw *yaml.Node, child string) error {
+		f, ok := fs[k.Value]
+		if !ok {
+			return p.errorf(k, child, "unknown key; want one of %s", strings.Join(sortedKeys(fs), ", "))
+		}
+		seen[k.Value] = true
+		v, err := p.node(raw, child)
+		if err != nil {
+			return err
+		}
+		if isNull(v) && !f.scalar {
+			if f.required {
+				return p.errorf(v, child, "must not be null")
+			}
+			return nil
+		}
+		return f.read(v, child)
+	})
+	if err != nil {
+		return err
+	}
+	for _, name := range sortedKeys(fs) {
+		if fs[name].required && !seen[name] {
+			return p.errorf(n, join(key, name), "missing required key")
+		}
+	}
+	return nil
+}
+
+// entries reads the mapping n as a map with any keys, in file order.
+func (p *parser) entries(n *yaml.Node, key string, each func(name string, v *yaml.Node, key string) error) error {
+	return p.pairs(n, key, func(k, raw *yaml.Node, child string) error {
+		v, err := p.node(raw, child)
+		if err != nil {
+			return err
+		}
+		return each(k.Value, v, child)
+	})
 }
 
 // items reads the sequence n.
