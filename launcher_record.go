@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/renameio/v2"
 	"golang.org/x/sys/unix"
 )
 
@@ -146,31 +147,19 @@ func writeRecord(dir string, rec *launchRecord) error {
 	return nil
 }
 
-// writeFileAtomic replaces dir/name with data: a synced temporary file
-// renamed over it, then the directory synced. The file is 0600, as
-// policy.WriteFile writes a spec: the Launcher's state names sandboxes,
-// session keys and run directories, nobody else's to read.
+// writeFileAtomic replaces dir/name with data, mode 0600 (renameio: a
+// synced temporary file renamed over it), then syncs the directory, so
+// that a record a crash interrupts is the old one or the new one.
 func writeFileAtomic(dir, name string, data []byte) error {
-	f, err := os.CreateTemp(dir, name+".tmp-")
+	f, err := renameio.NewPendingFile(filepath.Join(dir, name), renameio.WithStaticPermissions(0o600), renameio.WithTempDir(dir))
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
+	defer f.Cleanup()
+	if _, err := f.Write(data); err != nil {
+		return err
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o600)
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, name))
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := f.CloseAtomicallyReplace(); err != nil {
 		return err
 	}
 	if d, err := os.Open(dir); err == nil {
