@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
 	"github.com/ferry-dev/ferry/transfer/agent/server"
@@ -265,5 +266,28 @@ func TestFollowConnLost(t *testing.T) {
 	})
 	if !agent.IsConnLost(err) {
 		t.Fatalf("got %v, want a lost connection", err)
+	}
+}
+
+// TestIsConnLost: an agent that died, however wrapped, is a lost
+// connection a new one may retry; a refusal is not.
+func TestIsConnLost(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"exited", fmt.Errorf("follow: %w", &agent.ExitedError{Code: 137, Stderr: "killed"}), true},
+		{"relay", fmt.Errorf("follow: %w", relay.ErrRelayLost), true},
+		{"shrunk", fmt.Errorf("follow: %w", agent.ErrShrunk), false},
+		{"unavailable", agent.ErrUnavailable, false},
+	} {
+		if got := agent.IsConnLost(tc.err); got != tc.want {
+			t.Errorf("%s: IsConnLost(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+	var xe *agent.ExitedError
+	if err := fmt.Errorf("x: %w", &agent.ExitedError{Code: 1}); !errors.Is(err, agent.ErrExited) || !errors.As(err, &xe) || xe.Code != 1 {
+		t.Fatalf("a wrapped ExitedError: Is ErrExited %v, As %v", errors.Is(err, agent.ErrExited), xe)
 	}
 }
