@@ -436,6 +436,12 @@ func handleKey(h Handle) string {
 
 // runOf is the run directory of h, from the handle index; a handle the
 // index does not know is ErrUnknownRun.
+// RunDir is the host directory of h's run: its artifacts and its record.
+// A handle no run answers to is ErrUnknownRun.
+func (l *Launcher) RunDir(h Handle) (string, error) {
+	return l.runOf(h)
+}
+
 func (l *Launcher) runOf(h Handle) (string, error) {
 	key := handleKey(h)
 	if key == "" {
@@ -1079,5 +1085,36 @@ func (l *Launcher) Remove(ctx context.Context, h Handle) error {
 		return fmt.Errorf("remove run %s: %w", key, err)
 	}
 	l.cfg.Logger.Info("sandbox removed", "sandbox", name)
+	if known {
+		return l.markRemoved(ctx, h)
+	}
+	return nil
+}
+
+// markRemoved records that h's run was removed, under the run's lock so
+// that a finish under way cannot write its record over it.
+func (l *Launcher) markRemoved(ctx context.Context, h Handle) error {
+	dir, err := l.runOf(h)
+	if err != nil {
+		return fmt.Errorf("remove run %s: %w", handleKey(h), err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, l.cfg.FinishTimeout)
+	defer cancel()
+	unlock, err := lockRun(lctx, dir)
+	if err != nil {
+		return fmt.Errorf("remove run %s: %w", handleKey(h), err)
+	}
+	defer unlock()
+	rec, err := readRecord(dir)
+	if errors.Is(err, ErrUnknownRun) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove run %s: %w", handleKey(h), err)
+	}
+	rec.Removed = true
+	if err := writeRecord(dir, rec); err != nil {
+		return fmt.Errorf("remove run %s: %w", handleKey(h), err)
+	}
 	return nil
 }

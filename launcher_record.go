@@ -114,10 +114,14 @@ type launchRecord struct {
 	// (openshell.ForeignError, its text): the run is finished, lost, and
 	// that sandbox is never touched, not even by Remove.
 	Foreign string `json:"foreign,omitempty"`
+	// Removed: Remove deleted the run's sandbox. The run is then unknown,
+	// as a container is to Docker after docker rm: Inspect and Stop give
+	// ErrUnknownRun, and Remove again is no error.
+	Removed bool `json:"removed,omitempty"`
 }
 
-// readRecord reads the run directory's record; a missing one is
-// ErrUnknownRun.
+// readRecord reads the run directory's record; a missing one, or one of
+// a removed run, is ErrUnknownRun.
 func readRecord(dir string) (*launchRecord, error) {
 	b, err := os.ReadFile(filepath.Join(dir, launchRecordFile))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -129,6 +133,9 @@ func readRecord(dir string) (*launchRecord, error) {
 	var rec launchRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return nil, fmt.Errorf("read run record %s: %w", filepath.Join(dir, launchRecordFile), err)
+	}
+	if rec.Removed {
+		return nil, fmt.Errorf("run %s was removed: %w", rec.RunID, ErrUnknownRun)
 	}
 	return &rec, nil
 }
