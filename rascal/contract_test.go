@@ -10,7 +10,7 @@ import (
 
 // What follows is declared as Rascal's source declares it (rtzll/rascal
 // 5025f84: internal/runner/runner.go, internal/runtime/agent.go,
-// internal/runtrigger/name.go), so that the test drives the Runner through
+// internal/runtrigger/name.go, internal/runner/meta.go), so that the test drives the Runner through
 // Rascal's own interface, and the adapter below is the one Rascal would
 // carry.
 
@@ -20,6 +20,23 @@ type Name string             // runtrigger.Name
 type ExecutionBackend string // runner.ExecutionBackend
 
 const ExecutionBackendDocker ExecutionBackend = "docker"
+
+// RunResult is runner.RunResult, what rascald's result socket takes.
+type RunResult struct {
+	RunID         string `json:"run_id"`
+	PRNumber      int    `json:"pr_number"`
+	PRURL         string `json:"pr_url,omitempty"`
+	HeadSHA       string `json:"head_sha,omitempty"`
+	TaskSessionID string `json:"task_session_id,omitempty"`
+	ExitCode      int    `json:"exit_code"`
+	Error         string `json:"error,omitempty"`
+}
+
+// RunResultReportResponse is runner.RunResultReportResponse.
+type RunResultReportResponse struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
 
 // Spec is runner.Spec.
 type Spec struct {

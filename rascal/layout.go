@@ -20,7 +20,7 @@ import (
 //	/work                    ${WORK}                   RunDir/workspace, mounted; ferry creates it, empty
 //	/run/rascal-secrets      ${SECRETS}                the secrets directory, mounted read-only; ferry uploads 0600 in 0700
 //	/rascal-<h>-session      ${WORKSPACE}/rascal-<h>-session   TaskSession.TaskDir, mounted; ferry restores and saves it (session store)
-//	/rascal-control          (none)                    the result socket's directory: no socket reaches a remote sandbox
+//	/rascal-control          (none)                    the result socket's directory: no socket reaches a remote sandbox; the Runner reports from the host
 
 // kind is what a row of the layout is.
 type kind int
@@ -159,10 +159,10 @@ var layout = []row{
 	{kind: variable, name: "GH_PROMPT_DISABLED", value: lit("1")},
 	{kind: variable, name: "GIT_TERMINAL_PROMPT", value: lit("0")},
 	// RASCAL_RUN_RESULT_SOCKET is not set: Docker mounts the socket's
-	// directory at /rascal-control, and no Unix socket reaches a remote
-	// sandbox. The worker then reports through meta.json alone (without
-	// the variable it does not spend 10 s of retries on a dead socket),
-	// which rascald reads after the first "not running".
+	// directory at /rascal-control, and no Unix socket of the host
+	// reaches a remote sandbox (without the variable the worker does not
+	// spend 10 s of retries on a dead socket). The Runner reports
+	// meta.json's result on the socket for it, from the host (report.go).
 	{kind: pathVariable, name: "GOOSE_PATH_ROOT", docker: "/rascal-meta/goose, or /rascal-goose-session when resumed", when: goose, value: func(r *run) string {
 		if r.session {
 			return "${WORKSPACE}/rascal-goose-session"

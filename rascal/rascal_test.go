@@ -34,11 +34,17 @@ type env struct {
 	f     *fakes
 	data  string
 	store string
+	// sock is rascald's result socket (RunResultSocketPath), served for
+	// the env's whole life as by the orchestrator that outlives its
+	// runs.
+	sock string
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	return &env{g: gatewaytest.Start(t, gatewaytest.Options{}), f: newFakes(t), data: t.TempDir(), store: t.TempDir()}
+	e := &env{g: gatewaytest.Start(t, gatewaytest.Options{}), f: newFakes(t), data: t.TempDir(), store: t.TempDir()}
+	e.sock = serveResults(t, &rascald{t: t, data: e.data})
+	return e
 }
 
 // runner is a Runner as a new rascald process makes one, through New.
@@ -57,7 +63,7 @@ func (e *env) runner(t *testing.T, afterSpawn func(string)) *ferryrascal.Runner 
 }
 
 func (e *env) rascald(t *testing.T, r *ferryrascal.Runner, mode SessionMode) *rascald {
-	return &rascald{t: t, runner: FerryRunner{R: r}, data: e.data, mode: mode, tick: 50 * time.Millisecond}
+	return &rascald{t: t, runner: FerryRunner{R: r}, data: e.data, sock: e.sock, mode: mode, tick: 50 * time.Millisecond}
 }
 
 // workspace is the run's sandbox workspace on the embedded gateway's host.
@@ -174,6 +180,9 @@ func TestRascalRuntimesAndSessionModes(t *testing.T) {
 					rn := run{ID: id, TaskID: task, Repo: testRepo, Instruction: "fix it", AgentRuntime: rt, Trigger: trigger, BaseBranch: "main", HeadBranch: "rascal/" + task}
 					resumed := ferryrascal.SessionEnabled(ferryrascal.SessionMode(tc.mode), ferryrascal.TriggerName(trigger))
 					out := d.execute(ctx(t), rn)
+					if !out.Reported {
+						t.Errorf("run %d: no result came on the result socket", i+1)
+					}
 					if out.Status != "review" || out.Meta.PRURL == "" || out.Meta.HeadSHA == "" {
 						log, _ := os.ReadFile(filepath.Join(d.runDir(id), "runner.log"))
 						t.Fatalf("run %d: %+v\nrunner.log:\n%s", i+1, out, log)
@@ -331,8 +340,12 @@ func TestRascalTakeoverStopRemove(t *testing.T) {
 		if _, err := os.Stat(e.workspace(rn.ID)); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("the sandbox's workspace is still there: %v", err)
 		}
-		if err := d.runner.Stop(ctx(t), h, time.Second); err != nil {
-			t.Fatalf("stop after the end: %v", err)
+		// Removed, the run is unknown, as to Docker after docker rm.
+		if err := d.runner.Stop(ctx(t), h, time.Second); err != ErrExecutionNotFound {
+			t.Fatalf("stop after remove: %v, want ErrExecutionNotFound", err)
+		}
+		if _, err := d.runner.Inspect(ctx(t), h); err != ErrExecutionNotFound {
+			t.Fatalf("inspect after remove: %v, want ErrExecutionNotFound", err)
 		}
 	})
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,7 @@ type rascald struct {
 	t      *testing.T
 	runner Runner
 	data   string
+	sock   string
 	mode   SessionMode
 	// tick is runSupervisorTick, 1 s in Rascal, scaled down.
 	tick time.Duration
@@ -50,6 +52,9 @@ type db struct {
 
 type execution struct {
 	Backend, ContainerName, ContainerID, Status string
+	// Reported is the result the run reported on the result socket
+	// (ReportRunExecutionResult), nil until it has.
+	Reported *RunResult `json:",omitempty"`
 }
 
 type taskSession struct {
@@ -65,6 +70,9 @@ type outcome struct {
 	Error    string
 	ExitCode int
 	Meta     meta
+	// Reported: the result came on the result socket, and finalize took
+	// it over meta.json, as loadDetachedRunMeta does.
+	Reported bool
 }
 
 // meta is runner.Meta.
@@ -155,7 +163,7 @@ func (d *rascald) spec(r run) Spec {
 		RunID: r.ID, TaskID: r.TaskID, Repo: r.Repo, Instruction: r.Instruction, AgentRuntime: r.AgentRuntime,
 		BaseBranch: r.BaseBranch, HeadBranch: r.HeadBranch, Trigger: r.Trigger, RunDir: runDir,
 		SecretsDir: ferryrascal.SecretsDir(runDir), Context: "ctx " + r.ID, Debug: true,
-		ResultReportSocketPath: filepath.Join(d.data, "run-results.sock"),
+		ResultReportSocketPath: d.sock,
 		TaskSession:            TaskSessionSpec{Mode: d.mode, Resume: resume, TaskDir: dir, TaskKey: key, RuntimeSessionID: sid},
 	}
 }
@@ -263,17 +271,24 @@ func (d *rascald) failMissing(r run) outcome {
 // cleanupDetachedExecution.
 func (d *rascald) finalize(r run, observed int, canceled bool) outcome {
 	var m meta
-	p := filepath.Join(d.runDir(r.ID), "meta.json")
-	b, err := os.ReadFile(p)
-	if err == nil {
-		err = json.Unmarshal(b, &m)
+	rep := d.load().Executions[r.ID].Reported
+	var err error
+	if rep != nil {
+		m = meta{RunID: r.ID, TaskID: r.TaskID, Repo: r.Repo, BaseBranch: r.BaseBranch, HeadBranch: r.HeadBranch,
+			PRNumber: rep.PRNumber, PRURL: rep.PRURL, HeadSHA: rep.HeadSHA, TaskSessionID: rep.TaskSessionID,
+			ExitCode: rep.ExitCode, Error: rep.Error}
+	} else {
+		var b []byte
+		if b, err = os.ReadFile(filepath.Join(d.runDir(r.ID), "meta.json")); err == nil {
+			err = json.Unmarshal(b, &m)
+		}
 	}
 	if err != nil {
 		m = meta{RunID: r.ID, TaskID: r.TaskID, Repo: r.Repo, ExitCode: observed}
 		if observed != 0 {
 			m.Error = fmt.Sprintf("docker runner failed with exit code %d", observed)
 		}
-	} else if m.ExitCode == 0 && observed != 0 {
+	} else if m.ExitCode == 0 && observed != 0 && rep == nil {
 		m.ExitCode = observed
 	}
 	if sid := strings.TrimSpace(m.TaskSessionID); sid != "" {
@@ -286,7 +301,7 @@ func (d *rascald) finalize(r run, observed int, canceled bool) outcome {
 			s.Sessions[r.TaskID] = ex
 		})
 	}
-	o := outcome{Status: "succeeded", ExitCode: m.ExitCode, Meta: m}
+	o := outcome{Status: "succeeded", ExitCode: m.ExitCode, Meta: m, Reported: rep != nil}
 	switch {
 	case m.ExitCode != 0 || strings.TrimSpace(m.Error) != "":
 		o.Status, o.Error = "failed", strings.TrimSpace(m.Error)
@@ -381,4 +396,61 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// serveResults is serveRunResultReports and handleRunResultReport: one
+// JSON RunResult a connection, recorded on the run's execution, answered
+// with Rascal's response. It returns the socket's path, short enough for
+// a Unix socket's 108 bytes.
+func serveResults(t *testing.T, d *rascald) string {
+	dir, err := os.MkdirTemp("", "rr")
+	must(t, err)
+	sock := filepath.Join(dir, "run-results.sock")
+	ln, err := net.Listen("unix", sock)
+	must(t, err)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer conn.Close()
+				answer := func(resp RunResultReportResponse) { json.NewEncoder(conn).Encode(resp) }
+				var res RunResult
+				if err := json.NewDecoder(conn).Decode(&res); err != nil {
+					answer(RunResultReportResponse{Error: fmt.Sprintf("decode request: %v", err)})
+					return
+				}
+				id := strings.TrimSpace(res.RunID)
+				if id == "" {
+					answer(RunResultReportResponse{Error: "run id is required"})
+					return
+				}
+				found := false
+				d.update(func(s *db) {
+					if e, ok := s.Executions[id]; ok {
+						e.Reported, found = &res, true
+						s.Executions[id] = e
+					}
+				})
+				if !found {
+					answer(RunResultReportResponse{Error: "run execution not found"})
+					return
+				}
+				answer(RunResultReportResponse{OK: true})
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+		os.RemoveAll(dir)
+	})
+	return sock
 }

@@ -211,6 +211,11 @@ func (r *Runner) StartDetached(ctx context.Context, spec Spec) (ExecutionHandle,
 	if err := os.MkdirAll(spec.RunDir, 0o755); err != nil {
 		return ExecutionHandle{}, fmt.Errorf("create run dir: %w", err)
 	}
+	if socket := strings.TrimSpace(spec.ResultReportSocketPath); socket != "" {
+		if err := planReport(spec.RunDir, spec.RunID, socket); err != nil {
+			return ExecutionHandle{}, err
+		}
+	}
 	if tok := strings.TrimSpace(r.cfg.GitHubToken); tok != "" && !r.covered["gh_token"] {
 		if err := writeSecret(spec.SecretsDir, "gh_token", tok); err != nil {
 			return ExecutionHandle{}, fmt.Errorf("write github token secret: %w", err)
@@ -258,7 +263,8 @@ func (r *Runner) StartDetached(ctx context.Context, spec Spec) (ExecutionHandle,
 
 // Inspect is Rascal's: Running until the command has ended and its
 // artifacts (meta.json first) are in the run directory and its session is
-// saved; then the exit code. An unknown handle is ErrExecutionNotFound.
+// saved; then, the run's result reported on the spec's result socket
+// (report.go), the exit code. An unknown handle is ErrExecutionNotFound.
 func (r *Runner) Inspect(ctx context.Context, h ExecutionHandle) (ExecutionState, error) {
 	st, err := r.l.Inspect(ctx, ferryHandle(h))
 	if err != nil {
@@ -267,6 +273,7 @@ func (r *Runner) Inspect(ctx context.Context, h ExecutionHandle) (ExecutionState
 	if st.Running {
 		return ExecutionState{Running: true}, nil
 	}
+	r.report(ctx, h)
 	code := st.ExitCode
 	return ExecutionState{ExitCode: &code}, nil
 }
@@ -275,7 +282,11 @@ func (r *Runner) Inspect(ctx context.Context, h ExecutionHandle) (ExecutionState
 // positive); the artifacts and the session are kept. An unknown handle is
 // ErrExecutionNotFound.
 func (r *Runner) Stop(ctx context.Context, h ExecutionHandle, timeout time.Duration) error {
-	return r.l.Stop(ctx, ferryHandle(h), timeout)
+	if err := r.l.Stop(ctx, ferryHandle(h), timeout); err != nil {
+		return err
+	}
+	r.report(ctx, h)
+	return nil
 }
 
 // Remove is Rascal's: the sandbox is deleted; one already gone, or an

@@ -3,6 +3,7 @@ package rascal
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -357,4 +358,65 @@ type DockerSecurityConfig struct {
 	PidsLimit       int
 	TmpfsTmpSize    string
 	AllowEnvSecrets bool
+}
+
+// Meta is Rascal's runner.Meta: meta.json as the worker writes it.
+type Meta struct {
+	RunID         string `json:"run_id"`
+	TaskID        string `json:"task_id"`
+	Repo          string `json:"repo"`
+	BaseBranch    string `json:"base_branch"`
+	HeadBranch    string `json:"head_branch"`
+	BuildCommit   string `json:"build_commit,omitempty"`
+	PRNumber      int    `json:"pr_number"`
+	PRURL         string `json:"pr_url"`
+	HeadSHA       string `json:"head_sha"`
+	TaskSessionID string `json:"task_session_id,omitempty"`
+	ExitCode      int    `json:"exit_code"`
+	Error         string `json:"error,omitempty"`
+}
+
+// UnmarshalJSON is Rascal's: an older worker's agent_session_id stands
+// in for task_session_id.
+func (m *Meta) UnmarshalJSON(data []byte) error {
+	type meta Meta
+	aux := struct {
+		meta
+		AgentSessionID string `json:"agent_session_id"`
+	}{}
+	if err := json.Unmarshal(data, &aux); err != nil {
+		return fmt.Errorf("decode runner meta: %w", err)
+	}
+	*m = Meta(aux.meta)
+	if m.TaskSessionID == "" {
+		m.TaskSessionID = aux.AgentSessionID
+	}
+	return nil
+}
+
+// RunResult is Rascal's runner.RunResult: what the worker reports on the
+// result socket.
+type RunResult struct {
+	RunID         string `json:"run_id"`
+	PRNumber      int    `json:"pr_number"`
+	PRURL         string `json:"pr_url,omitempty"`
+	HeadSHA       string `json:"head_sha,omitempty"`
+	TaskSessionID string `json:"task_session_id,omitempty"`
+	ExitCode      int    `json:"exit_code"`
+	Error         string `json:"error,omitempty"`
+}
+
+// RunResult is Rascal's Meta.RunResult.
+func (m Meta) RunResult() RunResult {
+	return RunResult{
+		RunID: m.RunID, PRNumber: m.PRNumber, PRURL: m.PRURL, HeadSHA: m.HeadSHA,
+		TaskSessionID: m.TaskSessionID, ExitCode: m.ExitCode, Error: m.Error,
+	}
+}
+
+// RunResultReportResponse is Rascal's: the orchestrator's answer to a
+// report.
+type RunResultReportResponse struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
 }
