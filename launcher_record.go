@@ -158,15 +158,8 @@ func writeRecord(dir string, rec *launchRecord) error {
 // synced temporary file renamed over it), then syncs the directory, so
 // that a record a crash interrupts is the old one or the new one.
 func writeFileAtomic(dir, name string, data []byte) error {
-	f, err := renameio.NewPendingFile(filepath.Join(dir, name), renameio.WithStaticPermissions(0o600), renameio.WithTempDir(dir))
+	err := renameio.WriteFile(filepath.Join(dir, name), data, 0o600, renameio.WithStaticPermissions(0o600), renameio.WithTempDir(dir))
 	if err != nil {
-		return err
-	}
-	defer f.Cleanup()
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.CloseAtomicallyReplace(); err != nil {
 		return err
 	}
 	if d, err := os.Open(dir); err == nil {

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ferry-dev/ferry"
+	"github.com/ferry-dev/ferry/internal/waitfor"
 	"github.com/ferry-dev/ferry/relay/gateway"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/openshell"
@@ -617,17 +618,8 @@ func dialGateway(t *testing.T, addr string) *openshell.Client {
 	return c
 }
 
-// waitFile waits up to 60 seconds for p to exist.
-func waitFile(t *testing.T, p string) {
-	t.Helper()
-	for i := 0; i < 1200; i++ {
-		if _, err := os.Stat(p); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s did not appear within 60s", p)
-}
+// waitFile waits up to a minute for p.
+func waitFile(t *testing.T, p string) { waitfor.File(t, p, time.Minute) }
 
 // TestSpawnSurvivesItsExec: the exec that carried the Spawn is killed
 // (the gateway stops with the connection still open, and kills the

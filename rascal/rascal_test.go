@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ferry-dev/ferry"
+	"github.com/ferry-dev/ferry/internal/waitfor"
 	ferryrascal "github.com/ferry-dev/ferry/rascal"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/session"
@@ -272,16 +273,7 @@ func checkNoSecret(t *testing.T, e *env) {
 }
 
 // waitFile waits up to a minute for p.
-func waitFile(t *testing.T, p string) {
-	t.Helper()
-	for i := 0; i < 1200; i++ {
-		if _, err := os.Stat(p); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s did not appear", p)
-}
+func waitFile(t *testing.T, p string) { waitfor.File(t, p, time.Minute) }
 
 // TestRascalTakeoverStopRemove: a rascald process dies while it
 // supervises a run, and a new one (a new Runner over the same RunsDir)

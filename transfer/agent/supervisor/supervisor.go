@@ -377,15 +377,8 @@ func writeJSON(dir, name string, v any) error {
 }
 
 func writeAtomic(dir, name string, b []byte) error {
-	f, err := renameio.NewPendingFile(filepath.Join(dir, name), renameio.WithStaticPermissions(0o600), renameio.WithTempDir(dir))
+	err := renameio.WriteFile(filepath.Join(dir, name), b, 0o600, renameio.WithStaticPermissions(0o600), renameio.WithTempDir(dir))
 	if err != nil {
-		return err
-	}
-	defer f.Cleanup()
-	if _, err := f.Write(b); err != nil {
-		return err
-	}
-	if err := f.CloseAtomicallyReplace(); err != nil {
 		return err
 	}
 	// The rename is durable once the directory is: a record a restarted
