@@ -127,13 +127,18 @@ func TestPullAuditGateway(t *testing.T) {
 	}
 	log := string(b)
 	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
-	if res.Lines != 4 || len(lines) != 4 {
-		t.Fatalf("%d records, %d lines, want 4:\n%s", res.Lines, len(lines), log)
+	// Each exec is its OCSF launch and exit events, then its record.
+	if res.Lines != 8 || len(lines) != 8 {
+		t.Fatalf("%d records, %d lines, want 8:\n%s", res.Lines, len(lines), log)
 	}
 	for i, want := range []string{
 		` INFO gateway sandbox created name=box workspace=default`,
 		` INFO gateway sandbox ready`,
+		` OCSF sandbox PROC:LAUNCH [INFO] sh(`,
+		` OCSF sandbox PROC:TERMINATE [INFO] sh(`,
 		` INFO gateway exec argv="sh -c 'cat; exit 4'" duration_ms=`,
+		` OCSF sandbox PROC:LAUNCH [INFO] true(`,
+		` OCSF sandbox PROC:TERMINATE [INFO] true(`,
 		` INFO gateway exec argv=true duration_ms=`,
 	} {
 		if !strings.Contains(lines[i], want) {
@@ -141,8 +146,8 @@ func TestPullAuditGateway(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"end=exit env_keys=TOKEN exit_code=4 stderr_bytes=0 stdin_bytes=16 stdout_bytes=16"} {
-		if !strings.Contains(lines[2], want) {
-			t.Errorf("exec line %s\nwant %s", lines[2], want)
+		if !strings.Contains(lines[4], want) {
+			t.Errorf("exec line %s\nwant %s", lines[4], want)
 		}
 	}
 	if strings.Contains(log, secret) {

@@ -55,6 +55,10 @@ type RunSpec struct {
 	// after a failure, a timeout or a cancelled ctx.
 	Sessions []SessionMapping
 	Store    *session.Store
+	// Logs is the gateway log the run's OCSF events are read from after
+	// the command, into Out/ocsf.ndjson (see WriteEvents); nil (a direct
+	// SSH channel) makes them unavailable, never "none".
+	Logs LogSource
 }
 
 // SessionMapping is one KEY:REMOTE pair of `ferry run --session`.
@@ -78,6 +82,9 @@ type RunResult struct {
 	Sessions []RunSession `json:"sessions,omitempty"`
 	// SessionErr is the first failed session save after the command.
 	SessionErr error `json:"-"`
+	// Events are the sandbox's OCSF events since the run started, or
+	// why they are unavailable.
+	Events *EventsResult `json:"events,omitempty"`
 }
 
 // Run uploads spec's inputs and secrets, runs the command, and pulls the
@@ -102,6 +109,7 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	if len(spec.Sessions) > 0 && spec.Store == nil {
 		return res, errors.New("run: sessions without a store")
 	}
+	start := time.Now()
 	// The pre-exec phase: inputs, secrets and sessions; in agent mode one
 	// exec carries it all.
 	var r transfer.Remote
@@ -151,6 +159,8 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spec.PullTimeout)
 	defer cancel()
 	res.Pull, res.PullErr, res.SessionErr = finishRun(pctx, sb, spec, res.Sessions)
+	ev := WriteEvents(pctx, spec.Logs, sb.Name, spec.Out, start.Add(-EventsSkew))
+	res.Events = &ev
 	if printed >= 0 && (res.PullErr == nil || errors.Is(res.PullErr, ErrNoMeta)) {
 		showRest(filepath.Join(spec.Out, Followed[0]), printed, spec.Lines)
 	}

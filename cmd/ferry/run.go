@@ -50,6 +50,14 @@ failure or a timeout. A relay lost once that snapshot is committed does not
 change ferry's exit code: it says "committed snapshot N of KEY, then lost the
 relay", and --json has relay_lost in the session's "saved".
 
+Through a gateway, the sandbox's OCSF security events since the run
+started (network connections allowed and denied, processes launched and
+ended, findings) are read from its log after the command into
+DIR/ocsf.ndjson, one event a line, and summed up on one line ("events:
+network 12 (3 denied), process 40, findings 0"; --json: "events"). When
+the log cannot be read (--ssh has none) ferry says "events unavailable"
+and why, never "no events".
+
 In agent mode the agent's agent.ndjson is shown live as it grows, a line at
 a time, on stdout with the command's own output (--follow=false: not).
 
@@ -119,12 +127,15 @@ prune of the store is not idle.`,
 				return err
 			}
 			sb.IdleTimeout = idleTimeout
-			if create != "" || del {
+			// Through a gateway, its log gives the run's OCSF events;
+			// --ssh has none, and the result says so.
+			if create != "" || del || g.ssh == "" {
 				c, err := g.client()
 				if err != nil {
 					return err
 				}
 				defer c.Close()
+				spec.Logs = c
 				if del {
 					// Registered before the create, so that a create
 					// interrupted while it waits for the sandbox (Ctrl-C,
@@ -161,6 +172,14 @@ prune of the store is not idle.`,
 				fmt.Fprintf(s.err, "ferry: %s\n", oneLine(res.PullErr))
 			} else if !g.quiet && !g.json {
 				fmt.Fprintf(s.err, "ferry: artifacts in %s: %s\n", spec.Out, strings.Join(res.Pull.Saved, ", "))
+			}
+			if ev := res.Events; ev != nil && !g.json {
+				switch {
+				case ev.State != ferry.EventsObserved:
+					fmt.Fprintf(s.err, "ferry: %s\n", oneLine(errors.New(ev.Summary)))
+				case !g.quiet:
+					fmt.Fprintf(s.err, "ferry: events: %s (%s)\n", ev.Summary, ev.Path)
+				}
 			}
 			// A relay lost once the pull and the saves were done fails
 			// neither: say it once, on the sessions' lines if any.

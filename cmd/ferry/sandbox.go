@@ -18,7 +18,7 @@ func newSandboxCmd(g *globals, s streams) *cobra.Command {
 		Short: "Create, inspect, stop, start and delete sandboxes on the gateway",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usagef("sandbox needs a subcommand: create, get, delete, stop, start or list")
+			return usagef("sandbox needs a subcommand: create, get, delete, stop, start, list or events")
 		},
 	}
 	var (
@@ -128,7 +128,7 @@ by every process in the sandbox: never put secrets there.`,
 			})
 		},
 	}
-	cmd.AddCommand(create, get, del, stop, start, list)
+	cmd.AddCommand(create, get, del, stop, start, list, newSandboxEventsCmd(g, s))
 	return cmd
 }
 

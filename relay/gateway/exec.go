@@ -190,6 +190,7 @@ func (s *Server) exec(stream eventSender, a admitted, stdin io.Reader) error {
 	if cgroup != nil {
 		defer cgroup.Close()
 	}
+	id, pid := pb.GetMetadata().GetId(), 0
 	runner, err := local.New(local.Config{
 		Dir:            sb.dir,
 		Env:            s.environ(sb.dir, pb, termOf(cmd.TTY)),
@@ -198,6 +199,10 @@ func (s *Server) exec(stream eventSender, a admitted, stdin io.Reader) error {
 		ChunkSize:      outputChunk,
 		Logger:         s.cfg.Logger.With("sandbox", pb.GetMetadata().GetName()),
 		Cgroup:         cgroup,
+		Started: func(p int) {
+			pid = p
+			s.logLaunch(id, cmd, p)
+		},
 	})
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
@@ -221,7 +226,11 @@ func (s *Server) exec(stream eventSender, a admitted, stdin io.Reader) error {
 	counts.count(cmd)
 	code, err := runner.Exec(ctx, cmd)
 	elapsed := time.Since(start)
-	s.logExec(pb, cmd, &counts, elapsed, code, execEnd(cmd, elapsed, code, err, context.Cause(ctx), stream.Context().Err()))
+	end := execEnd(cmd, elapsed, code, err, context.Cause(ctx), stream.Context().Err())
+	if pid != 0 {
+		s.logTerminate(id, cmd, pid, code, end)
+	}
+	s.logExec(pb, cmd, &counts, elapsed, code, end)
 	log := s.cfg.Logger.With("sandbox", pb.GetMetadata().GetName(), "seconds", elapsed.Seconds())
 	if err != nil {
 		cause := context.Cause(ctx)

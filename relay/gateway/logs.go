@@ -206,15 +206,21 @@ func (r *logRing) push(line *openshellv1.SandboxLogLine, size int) {
 // does not exist (any more). A failure to persist is logged, and the
 // record is still served from memory.
 func (b *logBook) add(id, level, msg string, fields map[string]string) {
-	line := &openshellv1.SandboxLogLine{
-		SandboxId:   id,
-		TimestampMs: time.Now().UnixMilli(),
-		Level:       level,
-		Target:      logTarget,
-		Message:     msg,
-		Source:      logSource,
-		Fields:      fields,
-	}
+	b.addLine(&openshellv1.SandboxLogLine{
+		SandboxId: id,
+		Level:     level,
+		Target:    logTarget,
+		Message:   msg,
+		Source:    logSource,
+		Fields:    fields,
+	})
+}
+
+// addLine is add for a record of any level, target and source; it stamps
+// the time.
+func (b *logBook) addLine(line *openshellv1.SandboxLogLine) {
+	id := line.GetSandboxId()
+	line.TimestampMs = time.Now().UnixMilli()
 	raw, err := protojson.Marshal(line)
 	if err != nil {
 		b.log.Warn("encode sandbox log", "sandbox_id", id, "err", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -69,18 +70,45 @@ func (f *logsFixture) logs(t *testing.T, req *openshellv1.GetSandboxLogsRequest)
 	return f.raw.GetSandboxLogs(ctx, req)
 }
 
+// pidRE is a process's pid in an OCSF shorthand: name(pid).
+var pidRE = regexp.MustCompile(`\(\d+\)`)
+
+// messages joins the records' messages, the pids in OCSF ones masked.
 func messages(lines []*openshellv1.SandboxLogLine) string {
 	var m []string
 	for _, l := range lines {
-		m = append(m, l.GetMessage())
+		msg := l.GetMessage()
+		if l.GetLevel() == "OCSF" {
+			msg = pidRE.ReplaceAllString(msg, "(PID)")
+		}
+		m = append(m, msg)
 	}
 	return strings.Join(m, ",")
+}
+
+// fromGateway keeps the gateway's own records, not the OCSF events.
+func fromGateway(lines []*openshellv1.SandboxLogLine) []*openshellv1.SandboxLogLine {
+	var out []*openshellv1.SandboxLogLine
+	for _, l := range lines {
+		if l.GetSource() == "gateway" {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // TestGetSandboxLogsRequest goes over the request's fields and the codes.
 func TestGetSandboxLogsRequest(t *testing.T) {
 	f := newLogsFixture(t)
-	all := "sandbox created,sandbox ready,exec,exec,exec,exec"
+	// Each exec is its OCSF launch and exit (source sandbox), then the
+	// gateway's exec record.
+	e1 := "PROC:LAUNCH [INFO] sh(PID) [cmd:sh -c 'cat >/dev/null; echo out; echo err >&2; exit 3'],PROC:TERMINATE [INFO] sh(PID) [exit:3]"
+	e2 := "PROC:LAUNCH [INFO] sleep(PID) [cmd:sleep 30],PROC:TERMINATE [CRIT] sleep(PID) [exit:124]"
+	e3 := "PROC:LAUNCH [INFO] mkdir(PID) [cmd:mkdir -p 'sub dir'],PROC:TERMINATE [INFO] mkdir(PID) [exit:0]"
+	e4 := "PROC:LAUNCH [INFO] printf(PID) [cmd:printf '%s' 'two words'],PROC:TERMINATE [INFO] printf(PID) [exit:0]"
+	all := "sandbox created,sandbox ready," + e1 + ",exec," + e2 + ",exec," + e3 + ",exec," + e4 + ",exec"
+	gw := "sandbox created,sandbox ready,exec,exec,exec,exec"
+	sb := e1 + "," + e2 + "," + e3 + "," + e4
 	future := time.Now().Add(time.Hour).UnixMilli()
 	for _, tc := range []struct {
 		name  string
@@ -89,22 +117,22 @@ func TestGetSandboxLogsRequest(t *testing.T) {
 		want  string // messages, in order
 		total uint32
 	}{
-		{"defaults", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id}, codes.OK, all, 6},
-		{"lines", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Lines: 2}, codes.OK, "exec,exec", 2},
-		{"lines beyond the buffer", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Lines: 100000}, codes.OK, all, 6},
-		{"since past", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, SinceMs: 1}, codes.OK, all, 6},
-		{"since future", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, SinceMs: future}, codes.OK, "", 6},
-		{"source gateway", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Sources: []string{"gateway"}}, codes.OK, all, 6},
-		{"source sandbox", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Sources: []string{"sandbox"}}, codes.OK, "", 6},
-		{"sources either", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Sources: []string{"sandbox", "gateway"}}, codes.OK, all, 6},
-		{"min level info", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, MinLevel: "info"}, codes.OK, all, 6},
-		{"min level warn", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, MinLevel: "WARN"}, codes.OK, "exec", 6},
-		{"min level error", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, MinLevel: "ERROR"}, codes.OK, "", 6},
-		{"min level trace", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, MinLevel: "TRACE"}, codes.OK, all, 6},
-		{"filters after lines", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Lines: 3, MinLevel: "WARN"}, codes.OK, "exec", 3},
-		{"workspace", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Workspace: "default"}, codes.OK, all, 6},
+		{"defaults", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id}, codes.OK, all, 14},
+		{"lines", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Lines: 2}, codes.OK, "PROC:TERMINATE [INFO] printf(PID) [exit:0],exec", 2},
+		{"lines beyond the buffer", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Lines: 100000}, codes.OK, all, 14},
+		{"since past", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, SinceMs: 1}, codes.OK, all, 14},
+		{"since future", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, SinceMs: future}, codes.OK, "", 14},
+		{"source gateway", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Sources: []string{"gateway"}}, codes.OK, gw, 14},
+		{"source sandbox", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Sources: []string{"sandbox"}}, codes.OK, sb, 14},
+		{"sources either", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Sources: []string{"sandbox", "gateway"}}, codes.OK, all, 14},
+		{"min level info", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, MinLevel: "info"}, codes.OK, all, 14},
+		{"min level warn", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, MinLevel: "WARN"}, codes.OK, "exec", 14},
+		{"min level error", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, MinLevel: "ERROR"}, codes.OK, "", 14},
+		{"min level trace", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, MinLevel: "TRACE"}, codes.OK, all, 14},
+		{"filters after lines", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Lines: 7, MinLevel: "WARN"}, codes.OK, "exec", 7},
+		{"workspace", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Workspace: "default"}, codes.OK, all, 14},
 		// Upstream does not look at the workspace: the id names the sandbox.
-		{"other workspace", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Workspace: "other"}, codes.OK, all, 6},
+		{"other workspace", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Workspace: "other"}, codes.OK, all, 14},
 		{"unknown id", &openshellv1.GetSandboxLogsRequest{SandboxId: "00000000-0000-4000-8000-000000000000"}, codes.NotFound, "", 0},
 		{"no id", &openshellv1.GetSandboxLogsRequest{}, codes.InvalidArgument, "", 0},
 	} {
@@ -141,7 +169,7 @@ func TestGetSandboxLogsRecords(t *testing.T) {
 			t.Errorf("GetSandboxLogs carries %q: %s", secret, raw)
 		}
 	}
-	logs := resp.GetLogs()
+	logs := fromGateway(resp.GetLogs())
 	if len(logs) != 6 {
 		t.Fatalf("%d records, want 6: %s", len(logs), raw)
 	}
@@ -190,7 +218,9 @@ func TestGetSandboxLogsRecords(t *testing.T) {
 	lines, err := f.c.SandboxLogs(ctx, "box")
 	var got []string
 	for _, l := range lines {
-		got = append(got, l.Message)
+		if l.Source == "gateway" {
+			got = append(got, l.Message)
+		}
 	}
 	if err != nil || strings.Join(got, ",") != messages(logs) {
 		t.Errorf("SandboxLogs: %q, %v; want %q", got, err, messages(logs))
@@ -285,6 +315,11 @@ func TestWatchSandboxFollowLogs(t *testing.T) {
 	}
 	if _, err := c.Exec(ctx, &relay.Command{Sandbox: "box", Argv: []string{"true"}}); err != nil {
 		t.Fatal(err)
+	}
+	for _, want := range []string{"PROC:LAUNCH [INFO] true(PID) [cmd:true]", "PROC:TERMINATE [INFO] true(PID) [exit:0]"} {
+		if ev := next(); pidRE.ReplaceAllString(ev.GetLog().GetMessage(), "(PID)") != want || ev.GetLog().GetTarget() != "ocsf" {
+			t.Fatalf("event %v, want the OCSF event %s", ev, want)
+		}
 	}
 	if ev := next(); ev.GetLog().GetMessage() != "exec" || ev.GetLog().GetFields()["argv"] != "true" {
 		t.Fatalf("event %v, want the exec's record", ev)

@@ -47,6 +47,10 @@ type Config struct {
 	// it starts, including what leaves the process group. The caller keeps
 	// it open until Exec returns.
 	Cgroup *os.File
+	// Started, when set, is called with the pid of each process once it
+	// has started, before Exec waits for it (the embedded gateway's
+	// process-launch event).
+	Started func(pid int)
 }
 
 // Runner runs processes on this machine.
@@ -128,6 +132,9 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 			return code, nil
 		}
 		return 0, fmt.Errorf("start %s: %w", cmd.Argv[0], err)
+	}
+	if r.cfg.Started != nil {
+		r.cfg.Started(c.Process.Pid)
 	}
 	// The child holds its own copies now; ours would keep EOF from coming.
 	closeAll(inR, outW, errW)

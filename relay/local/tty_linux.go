@@ -45,6 +45,9 @@ func (r *Runner) execTTY(ctx context.Context, cmd *relay.Command, c *exec.Cmd) (
 		}
 		return 0, fmt.Errorf("start %s: %w", cmd.Argv[0], err)
 	}
+	if r.cfg.Started != nil {
+		r.cfg.Started(c.Process.Pid)
+	}
 	// Only the child may hold the slave: the master reads EIO, our EOF,
 	// once every holder has gone.
 	slave.Close()

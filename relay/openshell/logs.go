@@ -12,6 +12,7 @@ type LogLine struct {
 	Time    time.Time
 	Level   string // "INFO", "WARN", ...; may be empty
 	Source  string // "gateway", "sandbox", ...; empty is upstream's "gateway"
+	Target  string // the emitter: "ocsf" for upstream's OCSF events
 	Message string
 	Fields  map[string]string
 }
@@ -37,7 +38,7 @@ func (c *Client) SandboxLogs(ctx context.Context, name string) ([]LogLine, error
 	}
 	out := make([]LogLine, 0, len(resp.GetLogs()))
 	for _, l := range resp.GetLogs() {
-		out = append(out, LogLine{Time: time.UnixMilli(l.GetTimestampMs()), Level: l.GetLevel(), Source: l.GetSource(), Message: l.GetMessage(), Fields: l.GetFields()})
+		out = append(out, LogLine{Time: time.UnixMilli(l.GetTimestampMs()), Level: l.GetLevel(), Source: l.GetSource(), Target: l.GetTarget(), Message: l.GetMessage(), Fields: l.GetFields()})
 	}
 	return out, nil
 }

@@ -7,13 +7,16 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
@@ -26,6 +29,10 @@ type Options struct {
 	Plaintext bool
 	// Config is passed to gateway.New; Root defaults to a temp dir.
 	Config gateway.Config
+	// Refuse lists unary methods (full names, as
+	// "/openshell.v1.OpenShell/GetSandboxLogs") answered UNAVAILABLE,
+	// for tests of a gateway that fails them.
+	Refuse []string
 }
 
 // Seen is everything a gateway was told about the execs it ran, apart
@@ -137,6 +144,9 @@ func Start(t testing.TB, opts Options) *Gateway {
 	sopts := append(gateway.ServerOptions(), grpc.WaitForHandlers(true), grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		return handler(srv, &recordingStream{ServerStream: ss, seen: seen})
 	}), grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if slices.Contains(opts.Refuse, info.FullMethod) {
+			return nil, status.Error(codes.Unavailable, "refused by the test")
+		}
 		if r, ok := req.(*openshellv1.CreateSandboxRequest); ok {
 			g.mu.Lock()
 			g.creates = append(g.creates, proto.Clone(r).(*openshellv1.CreateSandboxRequest))

@@ -1,0 +1,85 @@
+package ferry_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferry-dev/ferry"
+	"github.com/ferry-dev/ferry/relay/openshell"
+)
+
+// logStub is a LogSource that answers lines, or err.
+type logStub struct {
+	lines []openshell.LogLine
+	err   error
+}
+
+func (s logStub) SandboxLogs(context.Context, string) ([]openshell.LogLine, error) {
+	return s.lines, s.err
+}
+
+// TestWriteEventsStates: a log that cannot be read, or no log at all, is
+// the "unavailable" state with its reason (the sentinel for no log), and
+// removes a stale ocsf.ndjson; a readable log without events is
+// "observed" with zero counts and an empty file, which is another thing.
+func TestWriteEventsStates(t *testing.T) {
+	refused := errors.New("GetSandboxLogs refused")
+	now := time.Now()
+	for _, tc := range []struct {
+		name    string
+		src     ferry.LogSource
+		state   string
+		reason  string
+		wantErr error
+		events  int
+		skipped int
+	}{
+		{"refused", logStub{err: refused}, ferry.EventsUnavailable, "GetSandboxLogs refused", refused, 0, 0},
+		{"no source", nil, ferry.EventsUnavailable, "no gateway log", ferry.ErrNoLogSource, 0, 0},
+		{"no events", logStub{lines: []openshell.LogLine{{Time: now, Level: "INFO", Message: "exec"}}}, ferry.EventsObserved, "", nil, 0, 0},
+		{"events and junk", logStub{lines: []openshell.LogLine{
+			{Time: now.Add(-time.Hour), Level: "OCSF", Target: "ocsf", Message: "PROC:LAUNCH [INFO] old(1)"},
+			{Time: now, Level: "OCSF", Target: "ocsf", Message: "NET:OPEN [MED] DENIED curl(7) -> evil.example:443 [policy:- engine:opa] [reason:no matching policy]"},
+			{Time: now, Level: "OCSF", Target: "ocsf", Message: "PROC:LAUNCH [INFO] sh(8) [cmd:sh]"},
+			{Time: now, Level: "OCSF", Target: "ocsf", Message: `{"class_uid":"wrong type"}`},
+		}}, ferry.EventsObserved, "", nil, 2, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := t.TempDir()
+			path := filepath.Join(out, ferry.EventsFile)
+			if err := os.WriteFile(path, []byte("stale\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			res := ferry.WriteEvents(context.Background(), tc.src, "box", out, now.Add(-time.Minute))
+			if res.State != tc.state || !strings.Contains(res.Reason, tc.reason) {
+				t.Fatalf("result %+v; want state %s, reason %q", res, tc.state, tc.reason)
+			}
+			_, _, err := ferry.Events(context.Background(), tc.src, "box", time.Time{})
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Events: %v; want %v", err, tc.wantErr)
+			}
+			b, err := os.ReadFile(path)
+			if tc.state == ferry.EventsUnavailable {
+				if !os.IsNotExist(err) || res.Counts != nil || res.Path != "" || !strings.HasPrefix(res.Summary, "events unavailable: ") {
+					t.Fatalf("unavailable: file %q (%v), result %+v; want no file, no counts", b, err, res)
+				}
+				return
+			}
+			if err != nil || res.Path != path || res.Counts == nil {
+				t.Fatalf("observed: %v, result %+v", err, res)
+			}
+			if n := strings.Count(string(b), "\n"); n != tc.events || res.Counts.Skipped != tc.skipped ||
+				res.Counts.Network.Denied+res.Counts.Process.Total != tc.events {
+				t.Fatalf("file of %d lines, counts %+v; want %d events, %d skipped:\n%s", n, res.Counts, tc.events, tc.skipped, b)
+			}
+			if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("mode %v (%v), want 0600", fi.Mode(), err)
+			}
+		})
+	}
+}
