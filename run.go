@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/session"
+	"github.com/ferry-dev/ferry/session/treediff"
 	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/archive"
 )
@@ -55,6 +56,16 @@ type RunSpec struct {
 	// after a failure, a timeout or a cancelled ctx.
 	Sessions []SessionMapping
 	Store    *session.Store
+	// Diff are sandbox directories listed before the command and after
+	// it (see Manifest), their diffs written to Out/workspace-diff.json,
+	// limited to DiffFilter's paths; DiffContent, when positive, adds
+	// unified diffs of text files of up to that many bytes, whose
+	// before content is read before the command.
+	Diff        []string
+	DiffFilter  treediff.Filter
+	DiffContent int64
+
+	diffs *runDiffs // the before manifests, from Run's phase to phase
 }
 
 // SessionMapping is one KEY:REMOTE pair of `ferry run --session`.
@@ -78,6 +89,10 @@ type RunResult struct {
 	Sessions []RunSession `json:"sessions,omitempty"`
 	// SessionErr is the first failed session save after the command.
 	SessionErr error `json:"-"`
+	// Diff is each --diff directory's summary; DiffErr the first that
+	// failed after the command.
+	Diff    []RunDiff `json:"diff,omitempty"`
+	DiffErr error     `json:"-"`
 }
 
 // Run uploads spec's inputs and secrets, runs the command, and pulls the
@@ -101,6 +116,9 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	}
 	if len(spec.Sessions) > 0 && spec.Store == nil {
 		return res, errors.New("run: sessions without a store")
+	}
+	if len(spec.Diff) > 0 {
+		spec.diffs = &runDiffs{}
 	}
 	// The pre-exec phase: inputs, secrets and sessions; in agent mode one
 	// exec carries it all.
@@ -151,6 +169,7 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spec.PullTimeout)
 	defer cancel()
 	res.Pull, res.PullErr, res.SessionErr = finishRun(pctx, sb, spec, res.Sessions)
+	res.Diff, res.DiffErr = spec.diffs.result()
 	if printed >= 0 && (res.PullErr == nil || errors.Is(res.PullErr, ErrNoMeta)) {
 		showRest(filepath.Join(spec.Out, Followed[0]), printed, spec.Lines)
 	}
@@ -238,7 +257,7 @@ func prepareRun(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunSpec
 		}
 		sessions = append(sessions, RunSession{Key: m.Key, Restored: &rr})
 	}
-	return sessions, nil
+	return sessions, spec.diffs.takeBefore(ctx, r, spec)
 }
 
 // finishRun is the post-exec phase: the artifacts, then the sessions,
@@ -281,6 +300,7 @@ func finishThrough(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunS
 		}
 		sessions[i].Saved = &sr
 	}
+	spec.diffs.takeAfter(ctx, r, spec)
 	if err := r.Close(); err != nil {
 		// The channel failed after the work: what succeeded above is
 		// complete (the artifacts are in place, each saved snapshot is
