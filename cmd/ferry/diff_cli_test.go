@@ -168,4 +168,3 @@ func TestDiffSince(t *testing.T) {
 	writeFile(t, bad, []byte(strings.Replace(string(b), `"path": "keep.txt"`, `"path": "../keep.txt"`, 1)), 0o644)
 	wantFailure(t, runFerry(t, nil, "diff", "box:work", "--since", bad), "../keep.txt", "invalid manifest")
 }
-
