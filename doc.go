@@ -3,7 +3,8 @@
 // (over package transfer), pulling a run's artifacts ([Pull]), saving and
 // restoring session directories (over package session), a whole run
 // (inputs in, command, artifacts out, sessions saved: [Run]) over any
-// relay.Execer, live follow ([Follow]), the gateway's audit log
+// relay.Execer, live follow ([Follow]), workspace diffs ([Manifest],
+// [Diff]; a run's --diff), the gateway's audit log
 // ([PullAudit]), and a [Launcher]: four calls (StartDetached, Inspect,
 // Stop, Remove) whose runs live on in the sandbox under the ferry agent's
 // supervision, whatever happens to the process that started them.

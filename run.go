@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/session"
+	"github.com/ferry-dev/ferry/session/treediff"
 	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/archive"
 )
@@ -59,6 +60,16 @@ type RunSpec struct {
 	// the command, into Out/ocsf.ndjson (see WriteEvents); nil (a direct
 	// SSH channel) makes them unavailable, never "none".
 	Logs LogSource
+	// Diff are sandbox directories listed before the command and after
+	// it (see Manifest), their diffs written to Out/workspace-diff.json,
+	// limited to DiffFilter's paths; DiffContent, when positive, adds
+	// unified diffs of text files of up to that many bytes, whose
+	// before content is read before the command.
+	Diff        []string
+	DiffFilter  treediff.Filter
+	DiffContent int64
+
+	diffs *runDiffs // the before manifests, from Run's phase to phase
 }
 
 // SessionMapping is one KEY:REMOTE pair of `ferry run --session`.
@@ -85,6 +96,10 @@ type RunResult struct {
 	// Events are the sandbox's OCSF events since the run started, or
 	// why they are unavailable.
 	Events *EventsResult `json:"events,omitempty"`
+	// Diff is each --diff directory's summary; DiffErr the first that
+	// failed after the command.
+	Diff    []RunDiff `json:"diff,omitempty"`
+	DiffErr error     `json:"-"`
 }
 
 // Run uploads spec's inputs and secrets, runs the command, and pulls the
@@ -110,6 +125,9 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 		return res, errors.New("run: sessions without a store")
 	}
 	start := time.Now()
+	if len(spec.Diff) > 0 {
+		spec.diffs = &runDiffs{}
+	}
 	// The pre-exec phase: inputs, secrets and sessions; in agent mode one
 	// exec carries it all.
 	var r transfer.Remote
@@ -161,6 +179,7 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	res.Pull, res.PullErr, res.SessionErr = finishRun(pctx, sb, spec, res.Sessions)
 	ev := WriteEvents(pctx, spec.Logs, sb.Name, spec.Out, start.Add(-EventsSkew))
 	res.Events = &ev
+	res.Diff, res.DiffErr = spec.diffs.result()
 	if printed >= 0 && (res.PullErr == nil || errors.Is(res.PullErr, ErrNoMeta)) {
 		showRest(filepath.Join(spec.Out, Followed[0]), printed, spec.Lines)
 	}
@@ -248,7 +267,7 @@ func prepareRun(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunSpec
 		}
 		sessions = append(sessions, RunSession{Key: m.Key, Restored: &rr})
 	}
-	return sessions, nil
+	return sessions, spec.diffs.takeBefore(ctx, r, spec)
 }
 
 // finishRun is the post-exec phase: the artifacts, then the sessions,
@@ -291,6 +310,7 @@ func finishThrough(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunS
 		}
 		sessions[i].Saved = &sr
 	}
+	spec.diffs.takeAfter(ctx, r, spec)
 	if err := r.Close(); err != nil {
 		// The channel failed after the work: what succeeded above is
 		// complete (the artifacts are in place, each saved snapshot is

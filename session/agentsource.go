@@ -80,6 +80,12 @@ type AgentSource struct {
 	// Compress is how chunks travel (frame.Auto: zstd where it saves at
 	// least 3%).
 	Compress frame.Mode
+	// ListOnly makes Scan a listing, not a save: each entry, checked as
+	// for a save, goes to the sink with the agent's chunk IDs, and no
+	// chunk is fetched. Its sink must not commit those IDs as a
+	// snapshot's: they are claims (a workspace diff's manifest, which
+	// compares them and stores nothing).
+	ListOnly bool
 
 	// WireBytes counts the chunk payload that crossed the channel,
 	// FetchedBytes its plaintext, FetchedChunks the chunks.
@@ -93,7 +99,7 @@ func (a *AgentSource) Scan(ctx context.Context, prev *Parent, sink Sink) error {
 	if a.Client == nil {
 		return errors.New("agent source: nil client")
 	}
-	if !a.ReuseUnchanged {
+	if !a.ReuseUnchanged || a.ListOnly {
 		prev = nil
 	}
 	var known iter.Seq2[agent.KnownFile, error]
@@ -106,6 +112,9 @@ func (a *AgentSource) Scan(ctx context.Context, prev *Parent, sink Sink) error {
 		e, chunks, err := a.entry(se, w)
 		if err != nil {
 			return fmt.Errorf("scan %s: %w", a.Dir, err)
+		}
+		if a.ListOnly {
+			return sink.Add(e)
 		}
 		return f.add(ctx, e, chunks)
 	})

@@ -215,6 +215,7 @@ func TestHelpGolden(t *testing.T) {
 		{"cp"},
 		{"pull"},
 		{"run"},
+		{"diff"},
 		{"session", "key"},
 		{"policy"},
 		{"policy", "show"},

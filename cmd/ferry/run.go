@@ -20,7 +20,8 @@ import (
 func newRunCmd(g *globals, s streams) *cobra.Command {
 	var (
 		ins, secrets, env []string
-		sessions          []string
+		sessions, diffs   []string
+		df                diffFlags
 		out, create, wd   string
 		metaDir           string
 		del, followLive   bool
@@ -42,6 +43,14 @@ it is ready (a sandbox of that name already there is used as it is);
 --policy, --provider, --label and --sandbox-env say what it is created
 from, as for ferry sandbox create. --delete removes it at the end whatever
 happened. -e sets the command's environment, not the sandbox's.
+
+--diff REMOTE_DIR lists the directory before the command and after it (in
+agent mode next to the data, moving no file content) and writes what was
+created, deleted and modified to DIR/workspace-diff.json, one section a
+directory, with a one-line summary each; --diff-include/--diff-exclude
+limit it to globs, --diff-content adds unified diffs of text files of up to
+--diff-content-max bytes (their content is read before the command). See
+ferry diff.
 
 --session KEY:REMOTE restores the task's session snapshot KEY from the
 session store (--store) into REMOTE before the command (nothing on a
@@ -103,6 +112,9 @@ prune of the store is not idle.`,
 					return usagef("--session %q: want KEY:REMOTE", v)
 				}
 				spec.Sessions = append(spec.Sessions, ferry.SessionMapping{Key: k, Remote: r})
+			}
+			if spec.Diff, spec.DiffFilter, spec.DiffContent, err = df.run(diffs); err != nil {
+				return err
 			}
 			if err := (&relay.Command{Argv: spec.Argv, Env: spec.Env, Workdir: wd}).Validate(); err != nil {
 				return usageError{err}
@@ -202,6 +214,7 @@ prune of the store is not idle.`,
 						rs.Key, resumed, rs.Saved.Snapshot, rs.Saved.Files, rs.Saved.Bytes, rs.Saved.NewBytes, rs.Saved.WireBytes)
 				}
 			}
+			runDiffLines(s.err, res.Diff, g.quiet || g.json)
 			if res.Pull.RelayLost != "" && !lostShown {
 				fmt.Fprintf(s.err, "ferry: pulled the artifacts into %s, then lost the relay: %s\n", spec.Out, oneLine(errors.New(res.Pull.RelayLost)))
 			}
@@ -217,7 +230,7 @@ prune of the store is not idle.`,
 			if errors.Is(res.PullErr, ferry.ErrNoMeta) {
 				return exitCode(exitNoMeta)
 			}
-			if res.PullErr != nil || res.SessionErr != nil {
+			if res.PullErr != nil || res.SessionErr != nil || res.DiffErr != nil {
 				return exitCode(1)
 			}
 			return nil
@@ -235,6 +248,8 @@ prune of the store is not idle.`,
 	f.DurationVar(&timeout, "timeout", 0, "kill the command after this long and exit 124 (0: no limit)")
 	f.StringArrayVar(&sessions, "session", nil, "restore session KEY into REMOTE before the command and save it after (KEY:REMOTE, repeatable)")
 	f.BoolVarP(&followLive, "follow", "f", true, "show agent.ndjson's lines live as they are written (agent mode)")
+	f.StringArrayVar(&diffs, "diff", nil, "list REMOTE_DIR before and after the command and write their diff to DIR/workspace-diff.json (repeatable)")
+	df.add(f, "diff-")
 	sf.add(f, "sandbox-env", "")
 	addIdleFlag(cmd, &idle)
 	return cmd

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,6 +61,8 @@ type Scenario struct {
 	// Extra are entries the scan reports after the real ones (their paths
 	// must sort after every real path: "~" begins the last names).
 	Extra []Entry `json:"extra,omitempty"`
+	// Omit are paths the scan leaves out, as if they did not exist.
+	Omit []string `json:"omit,omitempty"`
 	// ScanStall makes every scan send nothing, until the host goes away.
 	ScanStall bool `json:"scan_stall,omitempty"`
 	// ZstdWindow, when set, makes ReadChunks send every chunk as one zstd
@@ -255,7 +258,7 @@ func (h *server) ScanStream(stream agentv1.Agent_ScanStreamServer) error {
 	if h.s.ScanStall {
 		return stall(stream.Context())
 	}
-	if len(h.s.Claims) == 0 && len(h.s.Repeats) == 0 && len(h.s.Extra) == 0 {
+	if len(h.s.Claims) == 0 && len(h.s.Repeats) == 0 && len(h.s.Extra) == 0 && len(h.s.Omit) == 0 {
 		return h.AgentServer.ScanStream(stream)
 	}
 	rs := &rewritingScan{BidiStreamingServer: stream, s: h.s}
@@ -272,6 +275,13 @@ type rewritingScan struct {
 }
 
 func (r *rewritingScan) Send(m *agentv1.ScanResponse) error {
+	kept := m.Entries[:0]
+	for _, e := range m.GetEntries() {
+		if !slices.Contains(r.s.Omit, e.GetPath()) {
+			kept = append(kept, e)
+		}
+	}
+	m.Entries = kept
 	for _, e := range m.GetEntries() {
 		for _, c := range r.s.Claims {
 			if e.GetPath() != c.Path {
