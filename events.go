@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"time"
 
-	"github.com/ferry-dev/ferry/ocsf"
+	"github.com/ferry-dev/ferry/relay/openshell"
+	"github.com/ferry-dev/ferry/relay/openshell/ocsf"
 )
 
 // EventsFile is the name of the events artifact in a run's output
@@ -49,6 +52,13 @@ type EventsResult struct {
 	Summary string `json:"summary"`
 	// Skips are the first reasons unreadable lines were skipped.
 	Skips []string `json:"skips,omitempty"`
+	// Followed: the log was followed live for the whole run (ferry run
+	// through a gateway), so no event fell out of the bounded tail the
+	// gateway keeps; without it a long run's first events may be gone.
+	Followed bool `json:"followed,omitempty"`
+	// Notes say what may be missing: a follow that ended early or
+	// dropped records, a tail unread after a whole follow.
+	Notes []string `json:"notes,omitempty"`
 }
 
 func unavailable(err error) EventsResult {
@@ -62,14 +72,26 @@ func unavailable(err error) EventsResult {
 // The gateway keeps a bounded tail of each sandbox's log (upstream: the
 // newest 2000 records), so a long run's first events may be gone.
 func Events(ctx context.Context, src LogSource, sandbox string, since time.Time) (EventsResult, []ocsf.Event, error) {
+	return events(ctx, src, sandbox, since, nil)
+}
+
+// events is Events over what f followed too: a tail that cannot be read
+// after a whole follow still gives the followed events, with a note.
+func events(ctx context.Context, src LogSource, sandbox string, since time.Time, f *eventFollow) (EventsResult, []ocsf.Event, error) {
 	if src == nil {
 		return unavailable(ErrNoLogSource), nil, ErrNoLogSource
 	}
+	followed, notes := f.stop()
+	whole := f != nil && len(notes) == 0
 	lines, err := src.SandboxLogs(ctx, sandbox)
 	if err != nil {
 		err = fmt.Errorf("read the log of %s: %w", sandbox, err)
-		return unavailable(err), nil, err
+		if !whole {
+			return unavailable(err), nil, err
+		}
+		notes = append(notes, "the log's tail after the follow: "+err.Error())
 	}
+	lines = mergeLines(followed, lines)
 	in := make([]ocsf.Line, 0, len(lines))
 	for _, l := range lines {
 		if !since.IsZero() && l.Time.Before(since) {
@@ -78,7 +100,7 @@ func Events(ctx context.Context, src LogSource, sandbox string, since time.Time)
 		in = append(in, ocsf.Line{Time: l.Time, Level: l.Level, Target: l.Target, Source: l.Source, Message: l.Message})
 	}
 	set := ocsf.Collect(in)
-	return EventsResult{State: EventsObserved, Counts: &set.Counts, Summary: set.Counts.String(), Skips: set.Skips}, set.Events, nil
+	return EventsResult{State: EventsObserved, Counts: &set.Counts, Summary: set.Counts.String(), Skips: set.Skips, Followed: whole, Notes: notes}, set.Events, nil
 }
 
 // WriteEvents is Events, then the events into out/ocsf.ndjson (mode
@@ -87,8 +109,12 @@ func Events(ctx context.Context, src LogSource, sandbox string, since time.Time)
 // for this one's, and the result says why; it never fails otherwise
 // than through the result.
 func WriteEvents(ctx context.Context, src LogSource, sandbox, out string, since time.Time) EventsResult {
+	return writeEvents(ctx, src, sandbox, out, since, nil)
+}
+
+func writeEvents(ctx context.Context, src LogSource, sandbox, out string, since time.Time, f *eventFollow) EventsResult {
 	path := filepath.Join(out, EventsFile)
-	res, evs, err := Events(ctx, src, sandbox, since)
+	res, evs, err := events(ctx, src, sandbox, since, f)
 	if err == nil {
 		err = writeAtomic(path, func(w *bufio.Writer) error {
 			enc := json.NewEncoder(w)
@@ -111,4 +137,114 @@ func WriteEvents(ctx context.Context, src LogSource, sandbox, out string, since 
 	}
 	res.Path = path
 	return res
+}
+
+// LogFollower is a LogSource that also streams the log as it grows
+// (*openshell.Client is one): a run follows its sandbox's log while the
+// command runs, so that no event of a long run falls out of the tail the
+// gateway keeps before the log is read.
+type LogFollower interface {
+	LogSource
+	FollowLogs(ctx context.Context, sandbox string, since time.Time, fn func(openshell.LogLine), warn func(string)) error
+}
+
+// eventFollow is a run's follow of its sandbox's OCSF events.
+type eventFollow struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu    sync.Mutex
+	lines []openshell.LogLine
+	// dropped counts event lines past ocsf.MaxEvents; warnings are the
+	// gateway's (a lagged stream dropped records); err is how the
+	// follow ended before it was stopped.
+	dropped  int
+	warnings []string
+	err      error
+}
+
+// followEvents starts following src's log of sandbox from since; nil
+// when src cannot follow.
+func followEvents(ctx context.Context, src LogSource, sandbox string, since time.Time) *eventFollow {
+	lf, ok := src.(LogFollower)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	f := &eventFollow{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		err := lf.FollowLogs(ctx, sandbox, since, func(l openshell.LogLine) {
+			if !ocsf.IsEvent(ocsf.Line{Level: l.Level, Target: l.Target}) {
+				return
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if len(f.lines) >= ocsf.MaxEvents {
+				f.dropped++
+				return
+			}
+			f.lines = append(f.lines, l)
+		}, func(w string) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if len(f.warnings) < maxSkipsShown {
+				f.warnings = append(f.warnings, w)
+			}
+		})
+		f.mu.Lock()
+		f.err = err
+		f.mu.Unlock()
+	}()
+	return f
+}
+
+// maxSkipsShown bounds the follow's warnings kept for the result.
+const maxSkipsShown = 8
+
+// stop ends the follow and returns what it saw. A nil follow saw
+// nothing.
+func (f *eventFollow) stop() (lines []openshell.LogLine, notes []string) {
+	if f == nil {
+		return nil, nil
+	}
+	f.cancel()
+	<-f.done
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	notes = append(notes, f.warnings...)
+	if f.err != nil {
+		notes = append(notes, "live follow ended early: "+f.err.Error())
+	}
+	if f.dropped > 0 {
+		notes = append(notes, fmt.Sprintf("live follow kept the first %d events, %d more dropped", ocsf.MaxEvents, f.dropped))
+	}
+	return f.lines, notes
+}
+
+// mergeLines is the union of two reads of one log, each record once,
+// oldest first: the follow saw what the tail may have lost, the tail
+// what came after the follow stopped.
+func mergeLines(followed, tail []openshell.LogLine) []openshell.LogLine {
+	if len(followed) == 0 {
+		return tail
+	}
+	type key struct {
+		ms                               int64
+		level, target, source, message string
+	}
+	seen := make(map[key]bool, len(followed))
+	out := make([]openshell.LogLine, 0, len(followed)+len(tail))
+	for _, ls := range [][]openshell.LogLine{followed, tail} {
+		for _, l := range ls {
+			k := key{l.Time.UnixMilli(), l.Level, l.Target, l.Source, l.Message}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			out = append(out, l)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b openshell.LogLine) int { return a.Time.Compare(b.Time) })
+	return out
 }

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ferry-dev/ferry"
+	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/openshell"
+	"github.com/ferry-dev/ferry/transfer"
 )
 
 // logStub is a LogSource that answers lines, or err.
@@ -83,3 +86,76 @@ func TestWriteEventsStates(t *testing.T) {
 		})
 	}
 }
+
+// shortTail is the gateway's log with a tail that lost all but its last
+// record, as a long run's tail loses its first events; its follow is the
+// gateway's own.
+type shortTail struct{ *openshell.Client }
+
+func (s shortTail) SandboxLogs(ctx context.Context, name string) ([]openshell.LogLine, error) {
+	lines, err := s.Client.SandboxLogs(ctx, name)
+	if len(lines) > 1 {
+		lines = lines[len(lines)-1:]
+	}
+	return lines, err
+}
+
+// brokenFollow is the short tail, its follow failing at once.
+type brokenFollow struct{ shortTail }
+
+func (b brokenFollow) FollowLogs(context.Context, string, time.Time, func(openshell.LogLine), func(string)) error {
+	return errors.New("watch refused")
+}
+
+// TestRunFollowsEvents: ferry.Run follows the sandbox's log through the
+// gateway's WatchSandbox while the command runs, so the events of its
+// execs are all in ocsf.ndjson even when the tail read afterwards has
+// lost them (followed); a follow that fails says so in the notes, and
+// the result is only what the tail kept (not followed).
+func TestRunFollowsEvents(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := g.Client(t, openshell.Config{})
+	g.Sandbox(t, c, "box")
+	sb := sandboxVia(t, c, variant{Mode: transfer.ModeAgent})
+	script := `mkdir -p rascal-meta; echo '{"exit_code":0}' > rascal-meta/meta.json; for i in 1 2 3; do sh -c true; done`
+	for _, tc := range []struct {
+		name     string
+		logs     ferry.LogSource
+		followed bool
+		note     string
+	}{
+		{"followed", shortTail{c}, true, ""},
+		{"follow refused", brokenFollow{shortTail{c}}, false, "live follow ended early: watch refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "run")
+			res, err := ferry.Run(ctx(t), sb, ferry.RunSpec{Argv: []string{"sh", "-c", script}, Out: out, Logs: tc.logs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := res.Events
+			if ev == nil || ev.State != ferry.EventsObserved || ev.Followed != tc.followed {
+				t.Fatalf("events %+v; want observed, followed %v", ev, tc.followed)
+			}
+			if tc.note != "" && !slices.Contains(ev.Notes, tc.note) {
+				t.Fatalf("notes %q; want %q", ev.Notes, tc.note)
+			}
+			b, err := os.ReadFile(filepath.Join(out, ferry.EventsFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The run's own exec and the pre- and post-exec phases' each
+			// launch and end; the tail alone holds one record.
+			launches := strings.Count(string(b), `"activity":"launch"`)
+			if tc.followed && launches < 2 {
+				t.Fatalf("followed run: %d launches in ocsf.ndjson, want the run's execs:\n%s", launches, b)
+			}
+			if !tc.followed && ev.Counts.Process.Total > 1 {
+				t.Fatalf("unfollowed run: %d process events from a one-record tail", ev.Counts.Process.Total)
+			}
+		})
+	}
+}
+
+// The gateway client follows logs: ferry run through a gateway follows.
+var _ ferry.LogFollower = (*openshell.Client)(nil)

@@ -12,8 +12,9 @@ import (
 // layers are the project's top-level packages, lowest first. A package
 // may import its own tree and any tree below it, never one above or
 // beside: the data path reads in one direction, cmd → rascal → root →
-// session → transfer → relay → proto.
-var layers = []string{"proto", "relay", "transfer", "session", "", "rascal", "cmd"}
+// session → transfer → relay → proto. internal/ holds what tests share and
+// imports nothing of the module.
+var layers = []string{"internal", "proto", "relay", "transfer", "session", "", "rascal", "cmd"}
 
 const module = "github.com/ferry-dev/ferry"
 

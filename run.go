@@ -125,6 +125,11 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 		return res, errors.New("run: sessions without a store")
 	}
 	start := time.Now()
+	// The log is followed from the start, so that no event of a long run
+	// falls out of the tail the gateway keeps before it is read; the
+	// follow outlives a cancelled ctx, as the pull does.
+	follow := followEvents(context.WithoutCancel(ctx), spec.Logs, sb.Name, start.Add(-EventsSkew))
+	defer follow.stop()
 	if len(spec.Diff) > 0 {
 		spec.diffs = &runDiffs{}
 	}
@@ -177,7 +182,7 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spec.PullTimeout)
 	defer cancel()
 	res.Pull, res.PullErr, res.SessionErr = finishRun(pctx, sb, spec, res.Sessions)
-	ev := WriteEvents(pctx, spec.Logs, sb.Name, spec.Out, start.Add(-EventsSkew))
+	ev := writeEvents(pctx, spec.Logs, sb.Name, spec.Out, start.Add(-EventsSkew), follow)
 	res.Events = &ev
 	res.Diff, res.DiffErr = spec.diffs.result()
 	if printed >= 0 && (res.PullErr == nil || errors.Is(res.PullErr, ErrNoMeta)) {

@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferry-dev/ferry"
-	"github.com/ferry-dev/ferry/ocsf"
 	"github.com/ferry-dev/ferry/relay/openshell"
+	"github.com/ferry-dev/ferry/relay/openshell/ocsf"
 )
 
 // eventsJSON is `ferry sandbox events --json`: the result, then the

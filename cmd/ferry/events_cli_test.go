@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/ferry-dev/ferry"
-	"github.com/ferry-dev/ferry/ocsf"
 	"github.com/ferry-dev/ferry/relay/gateway"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
+	"github.com/ferry-dev/ferry/relay/openshell/ocsf"
 )
 
 const metaCmd = `mkdir -p rascal-meta && echo '{}' > rascal-meta/meta.json`

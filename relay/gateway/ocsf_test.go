@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferry-dev/ferry/ocsf"
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
+	"github.com/ferry-dev/ferry/relay/openshell/ocsf"
 )
 
 // TestOCSFProcessEvents: each exec is an OCSF launch and exit event,

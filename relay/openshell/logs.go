@@ -2,6 +2,9 @@ package openshell
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"time"
 
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
@@ -38,7 +41,60 @@ func (c *Client) SandboxLogs(ctx context.Context, name string) ([]LogLine, error
 	}
 	out := make([]LogLine, 0, len(resp.GetLogs()))
 	for _, l := range resp.GetLogs() {
-		out = append(out, LogLine{Time: time.UnixMilli(l.GetTimestampMs()), Level: l.GetLevel(), Source: l.GetSource(), Target: l.GetTarget(), Message: l.GetMessage(), Fields: l.GetFields()})
+		out = append(out, logLine(l))
 	}
 	return out, nil
+}
+
+// followTail is how many records before the follow's start FollowLogs
+// asks the gateway to replay: its whole tail (upstream keeps 2000), cut
+// by since.
+const followTail = 2000
+
+// FollowLogs calls fn with the sandbox's log records stamped since or
+// later, as the gateway streams them (WatchSandbox with follow_logs: the
+// tail since since, then each new record as it comes), until ctx ends
+// (nil) or the stream does (its error). warn, when set, gets each
+// warning the gateway sends in the stream (upstream's "lagged" notice
+// says records were dropped).
+func (c *Client) FollowLogs(ctx context.Context, name string, since time.Time, fn func(LogLine), warn func(string)) error {
+	sb, err := c.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	req := &openshellv1.WatchSandboxRequest{Id: sb.ID, FollowLogs: true, LogTailLines: followTail}
+	if !since.IsZero() {
+		req.LogSinceMs = since.UnixMilli()
+	}
+	stream, err := c.api.WatchSandbox(ctx, req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return c.lifecycleError("follow the log of sandbox "+name, err)
+	}
+	for {
+		ev, err := stream.Recv()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("follow the log of sandbox %s: the gateway ended the stream", name)
+		}
+		if err != nil {
+			return c.lifecycleError("follow the log of sandbox "+name, err)
+		}
+		switch p := ev.GetPayload().(type) {
+		case *openshellv1.SandboxStreamEvent_Log:
+			fn(logLine(p.Log))
+		case *openshellv1.SandboxStreamEvent_Warning:
+			if warn != nil {
+				warn(p.Warning.GetMessage())
+			}
+		}
+	}
+}
+
+func logLine(l *openshellv1.SandboxLogLine) LogLine {
+	return LogLine{Time: time.UnixMilli(l.GetTimestampMs()), Level: l.GetLevel(), Source: l.GetSource(), Target: l.GetTarget(), Message: l.GetMessage(), Fields: l.GetFields()}
 }
