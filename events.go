@@ -230,7 +230,7 @@ func mergeLines(followed, tail []openshell.LogLine) []openshell.LogLine {
 		return tail
 	}
 	type key struct {
-		ms                               int64
+		ms                             int64
 		level, target, source, message string
 	}
 	seen := make(map[key]bool, len(followed))
