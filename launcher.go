@@ -908,6 +908,14 @@ func (l *Launcher) finish(ctx context.Context, dir string, rec *launchRecord, sb
 		return State{Running: true}, fmt.Errorf("finish run %s (attempt %d of %d): %w", rec.RunID, rec.FinishAttempts, maxFinishAttempts, failed)
 	}
 	l.endLive(dir, pres, pullErr)
+	// The sandbox is this run's alone: every event its log keeps since
+	// the start is the run's, in the run directory beside the artifacts.
+	if src, ok := l.cfg.Sandboxes.(LogSource); ok {
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		ev := WriteEvents(ectx, src, rec.Sandbox, dir, rec.Started.Add(-EventsSkew))
+		cancel()
+		rec.Events = &ev
+	}
 	rec.Finished, rec.ExitCode, rec.TimedOut, rec.Lost = true, code, st.TimedOut, st.State != agent.RunExited
 	rec.FinishedAt = time.Now().UTC()
 	rec.Pull, rec.SessionResults, rec.FinishError = &pres, results, ""

@@ -10,8 +10,9 @@ import (
 	"github.com/ferry-dev/ferry"
 )
 
-// TestLauncherEvents: after a Launcher run, Events writes the sandbox's
-// OCSF events into the run directory: the gateway's process events of
+// TestLauncherEvents: a Launcher run's finish writes the sandbox's OCSF
+// events into the run directory, and Events gives them, also once the
+// run is removed: the gateway's process events of
 // the run's execs, observed, without the run's secret; an unknown handle
 // is ErrUnknownRun.
 func TestLauncherEvents(t *testing.T) {
@@ -22,11 +23,18 @@ func TestLauncherEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	inspectUntilDone(t, l, h)
+	path := filepath.Join(e.runs, "events", ferry.EventsFile)
+	// The finish wrote them, and they outlive the sandbox.
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("no events after the finish: %v", err)
+	}
+	if err := l.Remove(ctx(t), h); err != nil {
+		t.Fatal(err)
+	}
 	res, err := l.Events(ctx(t), h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(e.runs, "events", ferry.EventsFile)
 	if res.State != ferry.EventsObserved || res.Path != path || res.Counts == nil || res.Counts.Process.Total < 2 {
 		t.Fatalf("events %+v; want observed process events in %s", res, path)
 	}

@@ -110,6 +110,8 @@ type launchRecord struct {
 	SessionResults []RunSession `json:"session_results,omitempty"`
 	FinishAttempts int          `json:"finish_attempts,omitempty"`
 	FinishError    string       `json:"finish_error,omitempty"`
+	// Events is what the finish wrote of the sandbox's OCSF events.
+	Events *EventsResult `json:"events,omitempty"`
 	// Foreign: the sandbox of the run's name was made for another run
 	// (openshell.ForeignError, its text): the run is finished, lost, and
 	// that sandbox is never touched, not even by Remove.
@@ -121,7 +123,7 @@ type launchRecord struct {
 }
 
 // readRecord reads the run directory's record; a missing one, or one of
-// a removed run, is ErrUnknownRun.
+// a removed run (returned with the error), is ErrUnknownRun.
 func readRecord(dir string) (*launchRecord, error) {
 	b, err := os.ReadFile(filepath.Join(dir, launchRecordFile))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -135,7 +137,9 @@ func readRecord(dir string) (*launchRecord, error) {
 		return nil, fmt.Errorf("read run record %s: %w", filepath.Join(dir, launchRecordFile), err)
 	}
 	if rec.Removed {
-		return nil, fmt.Errorf("run %s was removed: %w", rec.RunID, ErrUnknownRun)
+		// The record all the same, for what outlives the sandbox (its
+		// events).
+		return &rec, fmt.Errorf("run %s was removed: %w", rec.RunID, ErrUnknownRun)
 	}
 	return &rec, nil
 }
