@@ -27,6 +27,7 @@ import (
 // createConfig is a Launcher configured as the Rascal backend design
 // asks: a policy, providers, static environment, labels and limits.
 func createConfig(t *testing.T, e *launchEnv) ferry.LauncherConfig {
+	e.g.Providers(t, e.c, "github", "anthropic")
 	return ferry.LauncherConfig{
 		Sandboxes: e.c, X: e.c, RunsDir: e.runs, Store: e.st, Agents: agenttest.Bundle(t), Mode: transfer.ModeAgent,
 		Image: "ghcr.io/rtzll/rascal-runner:1", PolicyPath: "default", Providers: []string{"github", "anthropic"},

@@ -41,6 +41,7 @@ var requiredRPCs = []string{
 	"CreateSshSession", "RevokeSshSession", "ForwardTcp",
 	"GetSandboxLogs",
 	"CreateWorkspace", "GetWorkspace", "ListWorkspaces", "DeleteWorkspace",
+	"CreateProvider", "GetProvider", "ListProviders", "UpdateProvider", "DeleteProvider",
 }
 
 func loadWire(t *testing.T) map[string]bool {

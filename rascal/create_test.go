@@ -27,6 +27,22 @@ func createRunner(t *testing.T, e *env, cfg ferryrascal.Config) *ferryrascal.Run
 	cfg.Gateway, cfg.Store, cfg.RunsDir = e.g.Settings, e.store, filepath.Join(e.data, "runs")
 	cfg.GitHubToken, cfg.Agents, cfg.KillGrace = testGitHubToken, agenttest.Bundle(t), 500*time.Millisecond
 	cfg.Command = []string{"sh", "-c", envWorker}
+	// The providers exist on the gateway first, as `openshell provider
+	// create` makes them, of the type ProviderTypes says.
+	c := e.g.Client(t, openshell.Config{})
+	for _, name := range cfg.Providers {
+		if _, err := c.Provider(ctx(t), name); err == nil {
+			continue
+		}
+		typ := name
+		if tp, ok := cfg.ProviderTypes[name]; ok {
+			typ = tp
+		}
+		k := strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "_TOKEN"
+		if _, err := c.CreateProvider(ctx(t), openshell.ProviderSpec{Name: name, Type: typ, Credentials: map[string]string{k: "test-" + name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	r, err := ferryrascal.New(ctx(t), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -67,7 +67,10 @@ type Config struct {
 	// Providers name the gateway's providers attached to every sandbox.
 	// A provider that covers a secret (Coverage; README.md, "Providers
 	// and Rascal's secrets") keeps it at the gateway: its file is not
-	// uploaded, nor written, and its *_FILE variable is not set.
+	// uploaded, nor written, and its *_FILE variable is not set. Each
+	// must exist in the gateway's workspace (ferry provider create): a
+	// gateway refuses a sandbox that attaches an unknown one, so every
+	// run would fail (openshell.ErrProviderNotFound).
 	Providers []string
 	// ProviderTypes is the type of each provider whose name is not its
 	// type ("my-github": "github").

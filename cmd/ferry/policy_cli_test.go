@@ -86,6 +86,7 @@ func TestSandboxCreateSpec(t *testing.T) {
 	polFile := filepath.Join(dir, "policy.yaml")
 	b, _ := policy.Builtin("default")
 	writeFile(t, polFile, b, 0o600)
+	createProviders(t, "github", "anthropic")
 
 	r := runFerry(t, nil, "--json", "sandbox", "create", "box", "--policy", polFile,
 		"--provider", "github", "--provider", "anthropic",
@@ -132,6 +133,7 @@ func TestSandboxCreateSpec(t *testing.T) {
 // the sandbox's static environment; without --create they are a mistake.
 func TestRunCreateSpec(t *testing.T) {
 	g := activeGateway(t)
+	createProviders(t, "github")
 	out := filepath.Join(t.TempDir(), "run")
 	r := runFerry(t, nil, "run", "made", "--create", "default", "--out", out,
 		"--policy", "default", "--provider", "github", "--label", "ferry.managed=true",

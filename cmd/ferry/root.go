@@ -145,7 +145,7 @@ active OpenShell gateway configuration (~/.config/openshell).`,
 	pf.StringVar(&g.s3Endpoint, "s3-endpoint", "", "S3-compatible endpoint URL for an s3:// store (default $AWS_ENDPOINT_URL, else AWS)")
 	pf.StringVar(&g.store, "store", "", "session store: a directory or s3://BUCKET/PREFIX (default $FERRY_STORE, else $XDG_STATE_HOME/ferry or ~/.local/state/ferry)")
 
-	root.AddCommand(newGatewayCmd(g, s), newSandboxCmd(g, s), newExecCmd(g, s), newCpCmd(g, s), newPullCmd(g, s), newRunCmd(g, s), newDiffCmd(g, s), newSessionCmd(g, s), newPolicyCmd(g, s))
+	root.AddCommand(newGatewayCmd(g, s), newSandboxCmd(g, s), newProviderCmd(g, s), newExecCmd(g, s), newCpCmd(g, s), newPullCmd(g, s), newRunCmd(g, s), newDiffCmd(g, s), newSessionCmd(g, s), newPolicyCmd(g, s))
 	return root
 }
 

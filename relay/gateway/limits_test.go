@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	datamodelv1 "github.com/ferry-dev/ferry/proto/openshell/datamodel/v1"
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 )
@@ -73,9 +74,20 @@ func TestCreateSandboxLimits(t *testing.T) {
 	if err != nil || len(list.GetSandboxes()) != 0 {
 		t.Fatalf("after the refusals: %v, %v; want no sandbox", list.GetSandboxes(), err)
 	}
-	// At the limits, it is created.
+	// At the limits, it is created; its 32 providers exist first, each
+	// with a variable of its own.
+	var providers []string
+	for i := range 32 {
+		name := fmt.Sprintf("p%d", i)
+		if _, err := c.CreateProvider(ctx, &openshellv1.CreateProviderRequest{Provider: &datamodelv1.Provider{
+			Metadata: &datamodelv1.ObjectMeta{Name: name}, Type: "generic", Credentials: map[string]string{fmt.Sprintf("TOKEN_%d", i): "v"},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		providers = append(providers, name)
+	}
 	createReady(t, c, &openshellv1.CreateSandboxRequest{
-		Spec: &openshellv1.SandboxSpec{Environment: entries(31, 8192), LogLevel: strings.Repeat("x", 32), Command: []string{"/bin/bash", "-l"}},
+		Spec: &openshellv1.SandboxSpec{Environment: entries(31, 8192), LogLevel: strings.Repeat("x", 32), Command: []string{"/bin/bash", "-l"}, Providers: providers},
 		Name: "limited", Annotations: entries(128, 8192/2),
 	})
 }

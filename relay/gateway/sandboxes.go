@@ -69,11 +69,15 @@ type registry struct {
 	byID map[string]*sandbox
 	name map[string]*sandbox // workspace + "/" + name
 	ws   map[string]*datamodelv1.Workspace
+	prov map[string]*datamodelv1.Provider // workspace + "/" + name (providers.go)
 }
 
 func newRegistry(root string) (*registry, error) {
-	r := &registry{root: root, byID: map[string]*sandbox{}, name: map[string]*sandbox{}, ws: map[string]*datamodelv1.Workspace{}}
+	r := &registry{root: root, byID: map[string]*sandbox{}, name: map[string]*sandbox{}, ws: map[string]*datamodelv1.Workspace{}, prov: map[string]*datamodelv1.Provider{}}
 	if err := r.loadWorkspaces(); err != nil {
+		return nil, err
+	}
+	if err := r.loadProviders(); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(r.metaDir(), 0o700); err != nil {
@@ -100,8 +104,9 @@ func (r *registry) create(req *openshellv1.CreateSandboxRequest) (*openshellv1.S
 	ws := workspaceOf(req.GetWorkspace())
 	name := req.GetName()
 	// Upstream's order: the request's fields (the spec's defaults and
-	// size first), then the workspace, then the policy's safety, then a
-	// generated name, and only then anything that exists.
+	// size first), then the workspace, then the providers, then the
+	// policy's safety, then a generated name, and only then anything that
+	// exists.
 	if err := checkSpec(req.GetSpec()); err != nil {
 		return nil, err
 	}
@@ -111,6 +116,9 @@ func (r *registry) create(req *openshellv1.CreateSandboxRequest) (*openshellv1.S
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.activeWorkspace(ws); err != nil {
+		return nil, err
+	}
+	if err := r.checkProviders(ws, req.GetSpec().GetProviders()); err != nil {
 		return nil, err
 	}
 	if err := checkPolicy(req.GetSpec().GetPolicy()); err != nil {

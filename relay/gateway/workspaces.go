@@ -344,10 +344,20 @@ func (s *Server) DeleteWorkspace(ctx context.Context, req *openshellv1.DeleteWor
 		}
 		r.ws[name] = next
 	}
+	// Upstream's order of the kinds it checks; of them this gateway has
+	// sandboxes and providers.
+	var blocking []string
 	for _, sb := range r.byID {
 		if sb.pb.GetMetadata().GetWorkspace() == name {
-			return nil, status.Errorf(codes.FailedPrecondition, "workspace '%s' still contains resources: sandbox", name)
+			blocking = append(blocking, "sandbox")
+			break
 		}
+	}
+	if r.providersIn(name) {
+		blocking = append(blocking, "provider")
+	}
+	if len(blocking) > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "workspace '%s' still contains resources: %s", name, strings.Join(blocking, ", "))
 	}
 	if err := os.Remove(r.workspacePath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, status.Error(codes.Internal, fmt.Sprintf("delete workspace failed: %v", err))

@@ -10,3 +10,6 @@ func API(c *Client) openshellv1.OpenShellClient { return c.api }
 func CreateRequest(c *Client, s Spec) *openshellv1.CreateSandboxRequest {
 	return s.request(c.cfg.Workspace)
 }
+
+// MissingProvider is the provider a CreateSandbox refusal names.
+var MissingProvider = missingProvider

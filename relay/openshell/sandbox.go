@@ -254,9 +254,13 @@ var ErrUnreachable = errors.New("openshell: gateway unreachable")
 var ErrNoWorkspace = errors.New("openshell: workspace not found")
 
 // lifecycleError is statusError, except that UNAVAILABLE outside an exec
-// means the gateway itself could not be reached, and NOT_FOUND for the
-// workspace is not a missing sandbox.
+// means the gateway itself could not be reached, NOT_FOUND for the
+// workspace is not a missing sandbox, and a create refused for an unknown
+// provider names it (ErrProviderNotFound), not relay.ErrNotReady.
 func (c *Client) lifecycleError(action string, err error) error {
+	if name, ok := missingProvider(err); ok {
+		return fmt.Errorf("%s: %w: %s", action, ErrProviderNotFound, name)
+	}
 	if status.Code(err) == codes.NotFound && strings.HasPrefix(status.Convert(err).Message(), "workspace '") {
 		return fmt.Errorf("%s in workspace %s: %w", action, c.cfg.Workspace, ErrNoWorkspace)
 	}

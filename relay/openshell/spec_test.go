@@ -111,6 +111,7 @@ network_middlewares:
 	g := gatewaytest.Start(t, gatewaytest.Options{})
 	c := g.Client(t, openshell.Config{})
 	ctx := ctxFor(t)
+	g.Providers(t, c, "github", "anthropic")
 	for _, tc := range []struct{ name, ref, yaml string }{
 		{"Rich", "", rich},
 		{"Default", "default", ""},

@@ -224,3 +224,22 @@ func (g *Gateway) SandboxEnv(t testing.TB, c *openshell.Client, name string, env
 		t.Fatal(err)
 	}
 }
+
+// Providers creates, through CreateProvider as `ferry provider create`
+// does, a provider of each name that does not exist yet, its type the
+// name and its one credential NAME_TOKEN (upper case, '-' as '_'), so
+// that any of them may be attached to one sandbox together.
+func (g *Gateway) Providers(t testing.TB, c *openshell.Client, names ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, name := range names {
+		if _, err := c.Provider(ctx, name); err == nil {
+			continue
+		}
+		k := strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "_TOKEN"
+		if _, err := c.CreateProvider(ctx, openshell.ProviderSpec{Name: name, Type: name, Credentials: map[string]string{k: "test-" + name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
