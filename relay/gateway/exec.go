@@ -117,9 +117,11 @@ func (s *Server) ExecSandboxInteractive(stream grpc.BidiStreamingServer[openshel
 					latest(resize, relay.WindowSize{Cols: dim(p.Resize.GetCols(), 1), Rows: dim(p.Resize.GetRows(), 1)})
 				}
 			case *openshellv1.ExecSandboxInput_Start:
+				// The cause first: the command's end, which finish may
+				// bring at once, reads it to answer InvalidArgument.
 				err := status.Error(codes.InvalidArgument, "start may only be sent once")
-				stdin.finish(err)
 				cancel(err)
+				stdin.finish(err)
 				return
 			}
 		}
