@@ -161,6 +161,11 @@ func (b *sshBox) dial(ctx context.Context) (net.Conn, error) {
 			return nil, err
 		}
 		token, err := b.grant(ctx, id)
+		if attempt == 0 && errors.Is(err, relay.ErrNotFound) && ctx.Err() == nil {
+			// A stale id met by a new token's request (the old token
+			// expired): grant forgot it, so the retry resolves the name.
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -137,6 +137,17 @@ func TestSSHExecerRecovers(t *testing.T) {
 	if err := echo(t, x, "box", "recreated"); err != nil {
 		t.Fatalf("exec in a recreated sandbox: %v", err)
 	}
+	// Recreated again once the token has expired: the new token is asked
+	// for the stale id first.
+	time.Sleep(ttl + 100*time.Millisecond)
+	if err := other.Delete(ctxFor(t), "box"); err != nil {
+		t.Fatal(err)
+	}
+	g.Sandbox(t, other, "box")
+	cut.Cut()
+	if err := echo(t, x, "box", "recreated after expiry"); err != nil {
+		t.Fatalf("exec in a sandbox recreated after the token expired: %v", err)
+	}
 
 	x.Close()
 	if !strings.Contains(g.Seen.String(), `msg="ssh session revoked"`) {
