@@ -20,6 +20,7 @@ import (
 	"github.com/ferry-dev/ferry/relay/openshell"
 	"github.com/ferry-dev/ferry/relay/openshell/policy"
 	"github.com/ferry-dev/ferry/session"
+	"github.com/ferry-dev/ferry/session/treediff"
 	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/archive"
@@ -343,6 +344,14 @@ type LaunchSpec struct {
 	// Timeout, when positive, ends the command (SIGTERM, then SIGKILL
 	// after KillGrace) with exit code 124.
 	Timeout time.Duration
+	// Diff are directories, relative to the workspace root, listed
+	// before the command (after the inputs, sessions and Dirs) and again
+	// at the finish, their diffs, limited to DiffFilter's paths, written
+	// to the run directory's workspace-diff.json, as ferry run --diff
+	// writes it (a Rascal run's "work/repo": the runner clones it, so
+	// everything in it is created).
+	Diff       []string
+	DiffFilter treediff.Filter
 }
 
 // Where a run's pieces go in the sandbox, relative to its workspace root
@@ -554,6 +563,14 @@ func (l *Launcher) StartDetached(ctx context.Context, spec LaunchSpec) (Handle, 
 	// The intent first: from here on the handle names this run, and a
 	// Launcher that finds the record unspawned asks the sandbox.
 	rec.Sessions = spec.Sessions
+	rec.Diff, rec.DiffFilter = spec.Diff, nil
+	if len(spec.Diff) > 0 {
+		if err := spec.DiffFilter.Validate(); err != nil {
+			return Handle{}, fmt.Errorf("start run %s: %w", spec.RunID, err)
+		}
+		f := spec.DiffFilter
+		rec.DiffFilter = &f
+	}
 	if err := writeIndex(l.cfg.RunsDir, h.Name, spec.RunID, dir); err != nil {
 		return Handle{}, fmt.Errorf("start run %s: %w", spec.RunID, err)
 	}
@@ -687,6 +704,9 @@ func (l *Launcher) launch(ctx context.Context, sb Sandbox, a transfer.Remote, sp
 		if k != archive.Dir {
 			return &WorkdirError{RunID: spec.RunID, Dir: spec.Workdir, Kind: k}
 		}
+	}
+	if err := l.takeDiffBefore(ctx, a, dir, spec.Diff); err != nil {
+		return err
 	}
 	_, spawned, err := a.Agent().Spawn(ctx, agent.SpawnSpec{
 		StateDir: rec.StateDir, RunID: spec.RunID, Argv: spec.Argv, Env: env, Workdir: spec.Workdir,
@@ -893,7 +913,16 @@ func (l *Launcher) finish(ctx context.Context, dir string, rec *launchRecord, sb
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.FinishTimeout)
 		defer cancel()
 		spec := RunSpec{Out: dir, MetaDir: DefaultMetaDir, Sessions: rec.Sessions, Store: l.cfg.Store, Limits: l.cfg.Limits}
+		var fails []RunDiff
+		spec.diffs, fails = l.diffBefore(dir, rec)
+		if rec.DiffFilter != nil {
+			spec.DiffFilter = *rec.DiffFilter
+		}
 		pres, pullErr, sessErr = finishThrough(fctx, sb, a, spec, results, nil)
+		var derr error
+		if rec.DiffResults, derr = diffDone(spec.diffs, fails); derr != nil {
+			log.Warn("run's diff incomplete", "err", derr)
+		}
 	}
 	failed := errors.Join(
 		ignore(pullErr, ErrNoMeta),
@@ -929,6 +958,7 @@ func (l *Launcher) finish(ctx context.Context, dir string, rec *launchRecord, sb
 	if err := writeRecord(dir, rec); err != nil {
 		return State{Running: true}, fmt.Errorf("finish run %s: %w", rec.RunID, err)
 	}
+	os.RemoveAll(filepath.Join(dir, diffBeforeDir))
 	log.Info("run finished", "exit_code", code, "timed_out", st.TimedOut, "lost", rec.Lost, "saved", pres.Saved)
 	lost := pres.RelayLost
 	for _, r := range results {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/renameio/v2"
 	"golang.org/x/sys/unix"
+
+	"github.com/ferry-dev/ferry/session/treediff"
 )
 
 // The Launcher keeps what it knows about a run in the run directory, so
@@ -91,7 +93,11 @@ type launchRecord struct {
 	// StateDir is the supervisor's state directory in the sandbox.
 	StateDir string           `json:"state_dir"`
 	Sessions []SessionMapping `json:"sessions,omitempty"`
-	Started  time.Time        `json:"started"`
+	// Diff and DiffFilter are LaunchSpec's; the before manifests are in
+	// diffBeforeDir until the finish.
+	Diff       []string         `json:"diff,omitempty"`
+	DiffFilter *treediff.Filter `json:"diff_filter,omitempty"`
+	Started    time.Time        `json:"started"`
 	// Spawned: the command was spawned. A record without it is a start's
 	// intent, written before anything else: the start is under way (it
 	// holds the lock) or died, before the spawn or after it.
@@ -110,6 +116,8 @@ type launchRecord struct {
 	SessionResults []RunSession `json:"session_results,omitempty"`
 	FinishAttempts int          `json:"finish_attempts,omitempty"`
 	FinishError    string       `json:"finish_error,omitempty"`
+	// DiffResults are the finish's diffs of Diff, in workspace-diff.json.
+	DiffResults []RunDiff `json:"diff_results,omitempty"`
 	// Events is what the finish wrote of the sandbox's OCSF events.
 	Events *EventsResult `json:"events,omitempty"`
 	// Foreign: the sandbox of the run's name was made for another run

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/session/stores"
+	"github.com/ferry-dev/ferry/session/treediff"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
 )
 
@@ -433,6 +435,7 @@ func TestRascalNewByGatewayName(t *testing.T) {
 	r, err := ferryrascal.New(ctx(t), ferryrascal.Config{
 		GatewayName: "embedded", Store: filepath.Join(t.TempDir(), "new-store"), RunsDir: filepath.Join(e.data, "runs"),
 		GitHubToken: testGitHubToken, Env: map[string]string{"PATH": e.f.path()}, Agents: agenttest.Bundle(t),
+		Diff: []string{"work/repo"}, DiffFilter: treediff.Filter{Exclude: []string{".git/**"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -442,5 +445,23 @@ func TestRascalNewByGatewayName(t *testing.T) {
 	rn := run{ID: "run_00000000000000d4", TaskID: "named", Repo: testRepo, Instruction: "x", AgentRuntime: "codex", Trigger: "cli", BaseBranch: "main", HeadBranch: "rascal/named"}
 	if o := d.execute(ctx(t), rn); o.Status != "review" {
 		t.Fatalf("run through the named gateway: %+v", o)
+	}
+	// The worker cloned work/repo during the run: all of it is created,
+	// the agent's change included, .git left out by the filter.
+	b, err := os.ReadFile(filepath.Join(d.runDir(rn.ID), treediff.DocumentFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc treediff.Document
+	must(t, json.Unmarshal(b, &doc))
+	if len(doc.Dirs) != 1 || doc.Dirs[0].Error != "" || len(doc.Dirs[0].Modified)+len(doc.Dirs[0].Deleted) != 0 {
+		t.Fatalf("workspace-diff.json: %s", b)
+	}
+	var created []string
+	for _, c := range doc.Dirs[0].Created {
+		created = append(created, c.Path)
+	}
+	if !slices.Contains(created, "README.md") || slices.ContainsFunc(created, func(p string) bool { return strings.HasPrefix(p, ".git") }) {
+		t.Fatalf("created %q: want README.md and nothing of .git", created)
 	}
 }

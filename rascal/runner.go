@@ -23,6 +23,7 @@ import (
 	"github.com/ferry-dev/ferry/relay/openshell"
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/session/stores"
+	"github.com/ferry-dev/ferry/session/treediff"
 	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/bundle"
@@ -83,6 +84,13 @@ type Config struct {
 	// as Docker applies them (Memory in Docker's units, "4g", made
 	// OpenShell's "4Gi"). The rest has no sandbox equivalent (README.md).
 	Security DockerSecurityConfig
+	// Diff are sandbox directories, relative to the workspace root,
+	// whose changes each run writes to its run directory's
+	// workspace-diff.json ("work/repo" is the repository the worker
+	// clones, so all of it is created; nil: none). DiffFilter limits
+	// them ({Exclude: [".git/**"]}).
+	Diff       []string
+	DiffFilter treediff.Filter
 	// Agents are the ferry agent builds; default those ferry embeds.
 	Agents agent.Bundle
 	// FinishTimeout and KillGrace are the Launcher's (zero: its
@@ -229,6 +237,7 @@ func (r *Runner) StartDetached(ctx context.Context, spec Spec) (ExecutionHandle,
 	}
 	ls := launchSpec(rn)
 	ls.Argv = r.cfg.Command
+	ls.Diff, ls.DiffFilter = r.cfg.Diff, r.cfg.DiffFilter
 	for k, v := range r.cfg.Env {
 		_, inEnv := ls.Env[k]
 		_, inPath := ls.PathEnv[k]
