@@ -114,6 +114,24 @@ func TestRunDiff(t *testing.T) {
 				t.Errorf("link %q -> %q", c.Before.Target, c.After.Target)
 			}
 			reports[mode] = rep
+
+			// --json carries each directory's totals; a command that
+			// changes nothing diffs to nothing.
+			r = runFerry(t, nil, "--json", "--mode", mode, "run", box, "--diff", "work", "--out", t.TempDir(), "--", "sh", "-c", "mkdir -p rascal-meta && echo '{}' > rascal-meta/meta.json")
+			var res struct {
+				Diff []struct {
+					Dir    string          `json:"dir"`
+					Totals treediff.Totals `json:"totals"`
+					Error  string          `json:"error"`
+				} `json:"diff"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 0 {
+				t.Fatalf("run --json: exit %d, %v: %s", r.code, err, r.stdout)
+			}
+			if len(res.Diff) != 1 || res.Diff[0].Dir != "work" || res.Diff[0].Error != "" || res.Diff[0].Totals.EntriesBefore == 0 ||
+				res.Diff[0].Totals.Created+res.Diff[0].Totals.Modified+res.Diff[0].Totals.Deleted != 0 {
+				t.Fatalf("run --json diff: %+v; want work unchanged", res.Diff)
+			}
 		})
 	}
 	a, p := reports["agent"], reports["posix"]
