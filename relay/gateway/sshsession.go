@@ -200,6 +200,9 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 	// The child holds its own copies; ours would keep EOF from coming.
 	closeFiles(inR, outW, errW)
 	p := &sshProc{ch: ch, quit: make(chan struct{}), pid: c.Process.Pid}
+	// The OCSF events name the process the sandbox runs (the shell and
+	// its -c); the exec record keeps the command line the client sent.
+	s.logLaunch(a.pb.GetMetadata().GetId(), &relay.Command{Argv: argv}, p.pid)
 
 	fault := &cutter{left: s.cfg.CutAfter, on: s.cfg.CutAfter > 0, cancel: cut}
 	stdin := countReader{r: &faultReader{r: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdinAfter}}, n: &p.counts.stdin}
@@ -242,6 +245,7 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 		if c.ProcessState != nil {
 			code = c.ProcessState.ExitCode()
 		}
+		s.logTerminate(a.pb.GetMetadata().GetId(), &relay.Command{Argv: argv}, p.pid, code, end)
 		s.logExec(a.pb, &relay.Command{Argv: argv[len(argv)-1:]}, &p.counts, time.Since(start), code, end)
 	})
 	return p, nil
@@ -473,6 +477,7 @@ func (s *Server) startPTYProc(ctx context.Context, cut context.CancelCauseFunc, 
 	// once every holder has gone.
 	slave.Close()
 	p := &sshProc{ch: ch, quit: make(chan struct{}), pid: c.Process.Pid, master: master}
+	s.logLaunch(a.pb.GetMetadata().GetId(), &relay.Command{Argv: argv}, p.pid)
 
 	fault := &cutter{left: s.cfg.CutAfter, on: s.cfg.CutAfter > 0, cancel: cut}
 	stdin := countReader{r: &faultReader{r: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdinAfter}}, n: &p.counts.stdin}
@@ -498,6 +503,7 @@ func (s *Server) startPTYProc(ctx context.Context, cut context.CancelCauseFunc, 
 		if c.ProcessState != nil {
 			code = c.ProcessState.ExitCode()
 		}
+		s.logTerminate(a.pb.GetMetadata().GetId(), &relay.Command{Argv: argv}, p.pid, code, end)
 		s.logExec(a.pb, &relay.Command{Argv: argv[len(argv)-1:], TTY: true}, &p.counts, time.Since(start), code, end)
 	})
 	return p, nil
