@@ -159,3 +159,30 @@ func TestRunFollowsEvents(t *testing.T) {
 
 // The gateway client follows logs: ferry run through a gateway follows.
 var _ ferry.LogFollower = (*openshell.Client)(nil)
+
+// TestRunEventsAfterFailedUpload: a run whose inputs cannot land still
+// reports the sandbox's events, its own execs among them.
+func TestRunEventsAfterFailedUpload(t *testing.T) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := g.Client(t, openshell.Config{})
+	g.Sandbox(t, c, "box")
+	sb := sandboxVia(t, c, variant{Mode: transfer.ModePOSIX})
+	if err := os.WriteFile(filepath.Join(g.Root, "box", "blocker"), []byte("a file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(t.TempDir(), "in.txt")
+	if err := os.WriteFile(in, []byte("input"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "run")
+	res, err := ferry.Run(ctx(t), sb, ferry.RunSpec{
+		Inputs: []ferry.Mapping{{Local: in, Remote: "blocker/in.txt"}},
+		Argv:   []string{"true"}, Out: out, Logs: c,
+	})
+	if err == nil {
+		t.Fatal("a run whose input cannot land succeeded")
+	}
+	if ev := res.Events; ev == nil || ev.State != ferry.EventsObserved || ev.Counts.Process.Total == 0 {
+		t.Fatalf("events of the failed run: %+v; want the upload's execs observed", ev)
+	}
+}

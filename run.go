@@ -138,6 +138,12 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	var r transfer.Remote
 	var err error
 	if res.Sessions, r, err = prepareIdle(ctx, sb, spec); err != nil {
+		// A run that failed before its command still says what the
+		// sandbox saw of it (an upload refused by a policy, say).
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spec.PullTimeout)
+		defer cancel()
+		ev := writeEvents(ectx, spec.Logs, sb.Name, spec.Out, start.Add(-EventsSkew), follow)
+		res.Events = &ev
 		return res, err
 	}
 	var finish func() int64
