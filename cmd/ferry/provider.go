@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -175,24 +174,7 @@ func toProviderJSON(p openshell.Provider) providerJSON {
 }
 
 func printProviders(w io.Writer, g *globals, list bool, ps ...openshell.Provider) error {
-	if g.json {
-		enc := json.NewEncoder(w)
-		if !list {
-			return enc.Encode(toProviderJSON(ps[0]))
-		}
-		out := make([]providerJSON, 0, len(ps))
-		for _, p := range ps {
-			out = append(out, toProviderJSON(p))
-		}
-		return enc.Encode(out)
-	}
-	if g.quiet {
-		return nil
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tTYPE\tCREDENTIALS\tID")
-	for _, p := range ps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.Type, strings.Join(p.CredentialKeys, ","), p.ID)
-	}
-	return tw.Flush()
+	return printObjects(w, g, list, ps, toProviderJSON, "NAME\tTYPE\tCREDENTIALS\tID", func(j providerJSON) []string {
+		return []string{j.Name, j.Type, strings.Join(j.CredentialKeys, ","), j.ID}
+	})
 }

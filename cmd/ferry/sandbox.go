@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -152,14 +153,23 @@ func toJSON(i openshell.Info) sandboxJSON {
 }
 
 func printSandboxes(w io.Writer, g *globals, list bool, sbs ...openshell.Info) error {
+	return printObjects(w, g, list, sbs, toJSON, "NAME\tPHASE\tID\tCREATED", func(j sandboxJSON) []string {
+		return []string{j.Name, j.Phase, j.ID, j.Created}
+	})
+}
+
+// printObjects prints the gateway objects of a get (one, list false) or a
+// list: --json as each one's JSON shape (a list as an array, never
+// null), -q nothing, else a table under header of each one's row.
+func printObjects[T, J any](w io.Writer, g *globals, list bool, objs []T, toJSON func(T) J, header string, row func(J) []string) error {
 	if g.json {
 		enc := json.NewEncoder(w)
 		if !list {
-			return enc.Encode(toJSON(sbs[0]))
+			return enc.Encode(toJSON(objs[0]))
 		}
-		out := make([]sandboxJSON, 0, len(sbs))
-		for _, sb := range sbs {
-			out = append(out, toJSON(sb))
+		out := make([]J, 0, len(objs))
+		for _, o := range objs {
+			out = append(out, toJSON(o))
 		}
 		return enc.Encode(out)
 	}
@@ -167,10 +177,9 @@ func printSandboxes(w io.Writer, g *globals, list bool, sbs ...openshell.Info) e
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tPHASE\tID\tCREATED")
-	for _, sb := range sbs {
-		j := toJSON(sb)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", j.Name, j.Phase, j.ID, j.Created)
+	fmt.Fprintln(tw, header)
+	for _, o := range objs {
+		fmt.Fprintln(tw, strings.Join(row(toJSON(o)), "\t"))
 	}
 	return tw.Flush()
 }
