@@ -221,11 +221,11 @@ func (l *Link) serve(client net.Conn, accepted time.Time) {
 	abort := func() { client.Close(); server.Close() }
 	var wg sync.WaitGroup
 	for dir, p := range []struct {
-		src, dst  net.Conn
-		b         *bucket
-		shape     Shape
-		from  time.Time
-		count *atomic.Int64
+		src, dst net.Conn
+		b        *bucket
+		shape    Shape
+		from     time.Time
+		count    *atomic.Int64
 	}{
 		{client, server, l.up, l.cfg.Up, accepted.Add(l.cfg.Up.Delay + l.cfg.Down.Delay), &l.upBytes},
 		{server, client, l.down, l.cfg.Down, accepted.Add(l.cfg.Up.Delay), &l.downBytes},
