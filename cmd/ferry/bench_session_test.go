@@ -242,7 +242,9 @@ func (s *benchSetup) ferrySession(b *testing.B, mode, store string, args ...stri
 		argv = append(argv, "--compress", s.compress)
 	}
 	argv = append(append(argv, "session"), args...)
+	link := s.linkStats()
 	res, out := timed(b, argv, s.ferryEnv, true)
+	res.link = s.linkStats().Sub(link)
 	var st struct {
 		Files     int64  `json:"files"`
 		Bytes     int64  `json:"bytes"`
@@ -270,7 +272,9 @@ func (s *benchSetup) rsync(b *testing.B, src, dst string) peerResult {
 	b.Helper()
 	ssh := s.sshArgv()
 	target := ssh[len(ssh)-1] + ":" + dst + "/"
+	link := s.linkStats()
 	res, out := timed(b, []string{"rsync", "-a", "--stats", "-e", shJoin(ssh[:len(ssh)-1]), src + "/", target}, nil, false)
+	res.link = s.linkStats().Sub(link)
 	p := peerResult{result: res}
 	for _, m := range rsyncStat.FindAllStringSubmatch(string(out), -1) {
 		n, err := strconv.ParseInt(strings.NewReplacer(",", "", ".", "").Replace(m[2]), 10, 64)

@@ -20,7 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-dev/ferry/cmd/ferry/internal/linkemu"
 	"github.com/ferry-dev/ferry/relay/sshexec/sshdtest"
+	"golang.org/x/crypto/ssh/knownhosts"
 )
 
 // BenchmarkExecCat is `make bench`: 1 GiB through `cat` in the sandbox,
@@ -371,9 +373,20 @@ type benchSetup struct {
 	// compress is agent mode's --compress for ferryCp ("" for the default).
 	compress string
 	sshd     *sshdtest.Server
+	// sshAddr and knownHosts are where ssh connects and how it checks the
+	// host key: sshd's own, or the link's in front of it.
+	sshAddr, knownHosts string
+	// gwLink and sshLink are the emulated link in front of the gateway and
+	// of sshd (nil on loopback); link is its profile.
+	gwLink, sshLink *linkemu.Link
+	link            *linkemu.Profile
 }
 
-func startBench(b *testing.B) *benchSetup {
+func startBench(b *testing.B) *benchSetup { return startBenchLink(b, nil) }
+
+// startBenchLink is startBench with the gateway and sshd both behind an
+// emulated link of profile p (nil: none, loopback).
+func startBenchLink(b *testing.B, p *linkemu.Profile) *benchSetup {
 	b.Helper()
 	dir := b.TempDir()
 	// $FERRY is a ferry already built (make build embeds the agent);
@@ -404,6 +417,11 @@ func startBench(b *testing.B) *benchSetup {
 	}
 	b.Cleanup(func() { gw.Process.Kill(); gw.Wait() })
 	addr := listeningAddr(b, gwErr)
+	var gwLink *linkemu.Link
+	if p != nil {
+		gwLink = startLink(b, addr, *p)
+		addr = gwLink.Addr()
+	}
 	cfg := filepath.Join(dir, "config")
 	// With an explicit endpoint on 127.0.0.1 the OpenShell CLI looks for
 	// client certificates under gateways/openshell/mtls.
@@ -422,9 +440,44 @@ func startBench(b *testing.B) *benchSetup {
 	}
 	s := &benchSetup{bin: bin, ferryEnv: ferryEnv, root: root, sandbox: filepath.Join(root, "bench"),
 		sandboxTmp: sandboxTmp, agentCache: filepath.Join(sandboxTmp, fmt.Sprintf(".ferry-%d", os.Getuid()))}
+	s.gwLink, s.link = gwLink, p
 	s.createSandbox(b, "bench")
 	s.sshd = sshdtest.Start(b)
+	s.sshAddr, s.knownHosts = s.sshd.Addr, s.sshd.KnownHosts
+	if p != nil {
+		s.sshLink = startLink(b, s.sshd.Addr, *p)
+		s.sshAddr = s.sshLink.Addr()
+		// The host key, known under the link's address.
+		s.knownHosts = filepath.Join(dir, "known_hosts")
+		line := knownhosts.Line([]string{knownhosts.Normalize(s.sshAddr)}, s.sshd.HostKey)
+		if err := os.WriteFile(s.knownHosts, []byte(line+"\n"), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
 	return s
+}
+
+func startLink(b *testing.B, target string, p linkemu.Profile) *linkemu.Link {
+	b.Helper()
+	l, err := linkemu.Start(context.Background(), linkemu.ConfigFor(target, p))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	return l
+}
+
+// linkStats is both links' counters together (zero on loopback): only one
+// of them carries a given command's bytes.
+func (s *benchSetup) linkStats() linkemu.Stats {
+	var st linkemu.Stats
+	for _, l := range []*linkemu.Link{s.gwLink, s.sshLink} {
+		if l != nil {
+			x := l.Stats()
+			st.Up, st.Down, st.Conns, st.Turns = st.Up+x.Up, st.Down+x.Down, st.Conns+x.Conns, st.Turns+x.Turns
+		}
+	}
+	return st
 }
 
 // createSandbox creates the sandbox name with TMPDIR set to sandboxTmp.
@@ -436,10 +489,11 @@ func (s *benchSetup) createSandbox(b *testing.B, name string) {
 
 // sshArgv is `ssh 127.0.0.1` to the bench's sshd, up to the remote
 // command.
-func (s *benchSetup) sshArgv() []string {
-	host, port, _ := strings.Cut(s.sshd.Addr, ":")
-	return []string{"ssh", "-T", "-i", s.sshd.IdentityFile, "-o", "UserKnownHostsFile=" + s.sshd.KnownHosts,
-		"-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-p", port, s.sshd.User + "@" + host}
+func (s *benchSetup) sshArgv(opts ...string) []string {
+	host, port, _ := strings.Cut(s.sshAddr, ":")
+	argv := append([]string{"ssh", "-T"}, opts...)
+	return append(argv, "-i", s.sshd.IdentityFile, "-o", "UserKnownHostsFile="+s.knownHosts,
+		"-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-p", port, s.sshd.User+"@"+host)
 }
 
 // ferryCp times `ferry cp --json --mode mode args...`, takes its peak RSS
@@ -450,7 +504,9 @@ func (s *benchSetup) ferryCp(b *testing.B, mode string, args ...string) result {
 	if mode == "agent" && s.compress != "" {
 		argv = append(argv, "--compress", s.compress)
 	}
+	link := s.linkStats()
 	res, out := timed(b, append(argv, args...), s.ferryEnv, true)
+	res.link = s.linkStats().Sub(link)
 	var st struct {
 		Bytes     int64  `json:"bytes"`
 		WireBytes int64  `json:"wire_bytes"`
@@ -469,7 +525,9 @@ func (s *benchSetup) ferryCp(b *testing.B, mode string, args ...string) result {
 // shPipe times `sh -c pipeline`, the whole pipeline.
 func (s *benchSetup) shPipe(b *testing.B, pipeline string) result {
 	b.Helper()
+	link := s.linkStats()
 	res, _ := timed(b, []string{"sh", "-c", pipeline}, nil, false)
+	res.link = s.linkStats().Sub(link)
 	return res
 }
 
@@ -479,6 +537,8 @@ type result struct {
 	// For ferry cp, what its --json reports.
 	bytes, wire int64
 	mode        string
+	// link is what crossed the emulated link (zero on loopback).
+	link linkemu.Stats
 }
 
 // rssProbe wraps a command in GNU time to take its peak RSS. A child's
