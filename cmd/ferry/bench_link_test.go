@@ -44,8 +44,10 @@ import (
 // ferry/best-peer and marks the issue's goals; bench.json (every row) and
 // a PNG per profile go to FERRY_BENCH_OUT (default a directory under the
 // system temp dir); the paths are printed. FERRY_BENCH_LINK_ROUNDS sets the
-// rounds (default 1: the link, not the CPU, sets the times). A missed goal
-// is marked MISS; it does not fail the benchmark.
+// rounds (default 1: the link, not the CPU, sets the times).
+// FERRY_BENCH_CPUPROFILE=DIR has every ferry command write a CPU profile
+// there (FERRY_CPUPROFILE), named after its arguments. A missed goal is
+// marked MISS; it does not fail the benchmark.
 func BenchmarkLink(b *testing.B) {
 	needBench(b)
 	profiles := linkProfiles(b)
@@ -137,10 +139,10 @@ func linkScaleFor(p linkemu.Profile, div int64) linkScale {
 
 // linkRow is one measured command: a row of bench.json.
 type linkRow struct {
-	Profile   string `json:"profile"`
-	Set       string `json:"set"`
-	Direction string `json:"direction"` // up, down, save, save-append, restore, run
-	Peer      string `json:"peer"`
+	Profile   string  `json:"profile"`
+	Set       string  `json:"set"`
+	Direction string  `json:"direction"` // up, down, save, save-append, restore, run
+	Peer      string  `json:"peer"`
 	Seconds   float64 `json:"seconds"`
 	// Bytes is the payload (ferry's --json bytes; 0 for peers).
 	Bytes int64 `json:"bytes,omitempty"`
@@ -157,6 +159,9 @@ type linkRow struct {
 	Ratio     float64 `json:"ratio_to_best_peer"`
 	BestPeer  string  `json:"best_peer"`
 	MaxRSSKiB int64   `json:"max_rss_kib,omitempty"`
+	// CPUSeconds is the command's user and system time on this machine
+	// (a pipeline's every local stage).
+	CPUSeconds float64 `json:"cpu_seconds"`
 
 	isFerry bool
 	mode    string // ferry's mode
@@ -191,7 +196,7 @@ func (c linkCase) rows(p linkemu.Profile, res []result) []linkRow {
 		r := res[k]
 		row := linkRow{Profile: p.Name, Set: c.set, Direction: c.dir, Peer: pe.name, Seconds: r.seconds,
 			Bytes: r.bytes, WireUp: r.link.Up, WireDown: r.link.Down, RoundTrips: r.link.RoundTrips(),
-			Conns: r.link.Conns, BestPeer: bestName, MaxRSSKiB: r.maxRSS, tarSSH: tarSSH}
+			Conns: r.link.Conns, BestPeer: bestName, MaxRSSKiB: r.maxRSS, CPUSeconds: r.cpu, tarSSH: tarSSH}
 		if !math.IsInf(best, 1) {
 			row.Ratio = r.seconds / best
 		}
@@ -210,6 +215,7 @@ func runLinkProfile(b *testing.B, p linkemu.Profile, sc linkScale, rounds int) (
 	b.Helper()
 	s := startBenchLink(b, &p)
 	s.compress = "auto"
+	s.cpuProfiles = os.Getenv("FERRY_BENCH_CPUPROFILE")
 	data := b.TempDir()
 	sets := []*cpSet{
 		makeBigSet(b, filepath.Join(data, "big"), sc.big),
@@ -448,7 +454,7 @@ func linkRun(b *testing.B, s *benchSetup, p linkemu.Profile, sc linkScale) ([]li
 			argv := []string{s.bin, "--json", "--mode", mode, "run", sb, "--in", in + "/instructions.md:work/instructions.md",
 				"--in", filepath.Join(in, "context") + ":work/context", "--out", out, "--follow=false", "--", "true"}
 			link := s.linkStats()
-			res, stdout := timed(b, argv, s.ferryEnv, true)
+			res, stdout := timed(b, argv, s.ferryEnvFor(argv), true)
 			res.link = s.linkStats().Sub(link)
 			var rr struct {
 				ExitCode int `json:"exit_code"`
@@ -495,13 +501,13 @@ func linkRun(b *testing.B, s *benchSetup, p linkemu.Profile, sc linkScale) ([]li
 func printLinkTable(p linkemu.Profile, sc linkScale, rows []linkRow, notes []string, took time.Duration) {
 	fmt.Printf("\nlink %s, RTT %v: %s random, %d × 2 KiB, %s JSONL, %s session, %s agent.ndjson (scaled to the link; %.0f s in all)\n",
 		p, p.RTT(), sizeLabel(sc.big), sc.files, sizeLabel(sc.jsonl), sizeLabel(sc.session), byteLabel(sc.ndjson), took.Seconds())
-	fmt.Printf("%-28s %-11s %-11s %8s %10s %10s %5s %9s %8s %11s\n", "case", "dir", "peer", "s", "wire up", "wire down", "RTs", "/best", "floor s", "ferry/floor")
+	fmt.Printf("%-20s %-11s %-11s %8s %7s %10s %10s %5s %6s %8s %11s\n", "case", "dir", "peer", "s", "cpu s", "wire up", "wire down", "RTs", "/best", "floor s", "ferry/floor")
 	for _, r := range rows {
 		floor, fr := "", ""
 		if r.isFerry {
 			floor, fr = fmt.Sprintf("%.2f", r.Floor), fmt.Sprintf("%.2f", r.FloorRatio)
 		}
-		fmt.Printf("%-28s %-11s %-11s %8.2f %10s %10s %5d %9.2f %8s %11s\n", r.Set, r.Direction, r.Peer, r.Seconds,
+		fmt.Printf("%-20s %-11s %-11s %8.2f %7.2f %10s %10s %5d %6.2f %8s %11s\n", r.Set, r.Direction, r.Peer, r.Seconds, r.CPUSeconds,
 			byteLabel(r.WireUp), byteLabel(r.WireDown), r.RoundTrips, r.Ratio, floor, fr)
 	}
 	for _, n := range notes {

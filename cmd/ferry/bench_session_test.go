@@ -243,7 +243,7 @@ func (s *benchSetup) ferrySession(b *testing.B, mode, store string, args ...stri
 	}
 	argv = append(append(argv, "session"), args...)
 	link := s.linkStats()
-	res, out := timed(b, argv, s.ferryEnv, true)
+	res, out := timed(b, argv, s.ferryEnvFor(argv), true)
 	res.link = s.linkStats().Sub(link)
 	var st struct {
 		Files     int64  `json:"files"`

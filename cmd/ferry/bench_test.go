@@ -380,6 +380,31 @@ type benchSetup struct {
 	// of sshd (nil on loopback); link is its profile.
 	gwLink, sshLink *linkemu.Link
 	link            *linkemu.Profile
+	// cpuProfiles is where ferry's commands write CPU profiles
+	// (FERRY_CPUPROFILE), "" for none.
+	cpuProfiles string
+}
+
+// ferryEnvFor is ferryEnv, with a CPU profile named after argv when
+// cpuProfiles is set.
+func (s *benchSetup) ferryEnvFor(argv []string) []string {
+	if s.cpuProfiles == "" {
+		return s.ferryEnv
+	}
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '_'
+	}, strings.Join(argv[1:], "-"))
+	if len(name) > 120 {
+		name = name[:120]
+	}
+	prefix := "loopback"
+	if s.link != nil {
+		prefix = s.link.Name
+	}
+	return append(slices.Clone(s.ferryEnv), "FERRY_CPUPROFILE="+filepath.Join(s.cpuProfiles, prefix+"-"+name+".pprof"))
 }
 
 func startBench(b *testing.B) *benchSetup { return startBenchLink(b, nil) }
@@ -505,7 +530,8 @@ func (s *benchSetup) ferryCp(b *testing.B, mode string, args ...string) result {
 		argv = append(argv, "--compress", s.compress)
 	}
 	link := s.linkStats()
-	res, out := timed(b, append(argv, args...), s.ferryEnv, true)
+	argv = append(argv, args...)
+	res, out := timed(b, argv, s.ferryEnvFor(argv), true)
 	res.link = s.linkStats().Sub(link)
 	var st struct {
 		Bytes     int64  `json:"bytes"`
@@ -533,7 +559,10 @@ func (s *benchSetup) shPipe(b *testing.B, pipeline string) result {
 
 type result struct {
 	seconds float64
-	maxRSS  int64 // KiB
+	// cpu is the command's user and system time, its children's included
+	// (a pipeline's every stage; not the remote sshd's).
+	cpu    float64
+	maxRSS int64 // KiB
 	// For ferry cp, what its --json reports.
 	bytes, wire int64
 	mode        string
@@ -602,7 +631,7 @@ func timed(b *testing.B, argv, env []string, rss bool) (result, []byte) {
 	if err != nil {
 		b.Fatalf("%q: %v\n%s%s", argv, err, out.Bytes(), errOut.Bytes())
 	}
-	res := result{seconds: elapsed}
+	res := result{seconds: elapsed, cpu: (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()}
 	if rss {
 		res.maxRSS = probe.read(b, cmd.ProcessState)
 	}
