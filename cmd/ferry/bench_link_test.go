@@ -92,7 +92,7 @@ func BenchmarkLink(b *testing.B) {
 
 // linkProfiles are FERRY_BENCH_LINK's profiles: all of linkemu's by
 // default, none for "none".
-func linkProfiles(b *testing.B) []linkemu.Profile {
+func linkProfiles(b testing.TB) []linkemu.Profile {
 	b.Helper()
 	v := os.Getenv("FERRY_BENCH_LINK")
 	switch v {
@@ -211,7 +211,7 @@ func (c linkCase) rows(p linkemu.Profile, res []result) []linkRow {
 }
 
 // runLinkProfile measures every case over profile p.
-func runLinkProfile(b *testing.B, p linkemu.Profile, sc linkScale, rounds int) ([]linkRow, []string) {
+func runLinkProfile(b testing.TB, p linkemu.Profile, sc linkScale, rounds int) ([]linkRow, []string) {
 	b.Helper()
 	s := startBenchLink(b, &p)
 	s.compress = "auto"
@@ -324,7 +324,7 @@ func (s *benchSetup) sshHost() string { a := s.sshArgv(); return a[len(a)-1] }
 // and the save after a 1% append (rsync -az, sandbox to host, as the
 // peer), and a restore into a fresh sandbox against tar, ssh -C, zstd and
 // rsync from the host copy.
-func linkSession(b *testing.B, s *benchSetup, p linkemu.Profile, sc linkScale, rounds int) []linkRow {
+func linkSession(b testing.TB, s *benchSetup, p linkemu.Profile, sc linkScale, rounds int) []linkRow {
 	b.Helper()
 	tmp := b.TempDir()
 	src := filepath.Join(s.sandbox, "link-sess")
@@ -404,7 +404,7 @@ func linkSession(b *testing.B, s *benchSetup, p linkemu.Profile, sc linkScale, r
 // `tar | ssh 'tar -x && true'` and `ssh tar | tar` of the same. A bare
 // `ferry exec -- true` on the same link gives the exec's own round trips,
 // so that the run's setup beyond them shows.
-func linkRun(b *testing.B, s *benchSetup, p linkemu.Profile, sc linkScale) ([]linkRow, []string) {
+func linkRun(b testing.TB, s *benchSetup, p linkemu.Profile, sc linkScale) ([]linkRow, []string) {
 	b.Helper()
 	const sb = "link-run"
 	s.createSandbox(b, sb)

@@ -278,7 +278,7 @@ type firstResult struct {
 // (untimed): in POSIX mode, in agent mode with the agent cache removed
 // first (so that the agent is installed), and in agent mode with the
 // agent cached, best of rounds each.
-func (s *benchSetup) firstCp(b *testing.B, set *cpSet, rounds int) firstResult {
+func (s *benchSetup) firstCp(b testing.TB, set *cpSet, rounds int) firstResult {
 	b.Helper()
 	fresh := func(kind, short, mode string, cold bool) benchPeer {
 		return benchPeer{kind, func(r int) (result, string) {
@@ -322,7 +322,7 @@ type benchPeer struct {
 // bestOf runs rounds rounds of peers and returns the best of each. Round r
 // starts with peer r%len(peers) and goes on in order. Each round's times
 // are logged (go test prints them under the table).
-func bestOf(b *testing.B, name string, rounds int, peers []benchPeer) []result {
+func bestOf(b testing.TB, name string, rounds int, peers []benchPeer) []result {
 	b.Helper()
 	best := make([]result, len(peers))
 	for r := 0; r < rounds; r++ {
@@ -348,7 +348,7 @@ func bestOf(b *testing.B, name string, rounds int, peers []benchPeer) []result {
 }
 
 // needBench skips unless FERRY_BENCH is set.
-func needBench(b *testing.B) {
+func needBench(b testing.TB) {
 	b.Helper()
 	if os.Getenv("FERRY_BENCH") == "" {
 		b.Skip("set FERRY_BENCH=1 (make bench) to run the peer comparison")
@@ -407,11 +407,11 @@ func (s *benchSetup) ferryEnvFor(argv []string) []string {
 	return append(slices.Clone(s.ferryEnv), "FERRY_CPUPROFILE="+filepath.Join(s.cpuProfiles, prefix+"-"+name+".pprof"))
 }
 
-func startBench(b *testing.B) *benchSetup { return startBenchLink(b, nil) }
+func startBench(b testing.TB) *benchSetup { return startBenchLink(b, nil) }
 
 // startBenchLink is startBench with the gateway and sshd both behind an
 // emulated link of profile p (nil: none, loopback).
-func startBenchLink(b *testing.B, p *linkemu.Profile) *benchSetup {
+func startBenchLink(b testing.TB, p *linkemu.Profile) *benchSetup {
 	b.Helper()
 	dir := b.TempDir()
 	// $FERRY is a ferry already built (make build embeds the agent);
@@ -482,7 +482,7 @@ func startBenchLink(b *testing.B, p *linkemu.Profile) *benchSetup {
 	return s
 }
 
-func startLink(b *testing.B, target string, p linkemu.Profile) *linkemu.Link {
+func startLink(b testing.TB, target string, p linkemu.Profile) *linkemu.Link {
 	b.Helper()
 	l, err := linkemu.Start(context.Background(), linkemu.ConfigFor(target, p))
 	if err != nil {
@@ -506,7 +506,7 @@ func (s *benchSetup) linkStats() linkemu.Stats {
 }
 
 // createSandbox creates the sandbox name with TMPDIR set to sandboxTmp.
-func (s *benchSetup) createSandbox(b *testing.B, name string) {
+func (s *benchSetup) createSandbox(b testing.TB, name string) {
 	b.Helper()
 	mustRun(b, s.ferryEnv, s.bin, "sandbox", "create", "-e", "TMPDIR="+s.sandboxTmp, name)
 
@@ -523,7 +523,7 @@ func (s *benchSetup) sshArgv(opts ...string) []string {
 
 // ferryCp times `ferry cp --json --mode mode args...`, takes its peak RSS
 // and what its --json reports, and checks that the copy ran in mode.
-func (s *benchSetup) ferryCp(b *testing.B, mode string, args ...string) result {
+func (s *benchSetup) ferryCp(b testing.TB, mode string, args ...string) result {
 	b.Helper()
 	argv := []string{s.bin, "cp", "--json", "--mode", mode}
 	if mode == "agent" && s.compress != "" {
@@ -549,7 +549,7 @@ func (s *benchSetup) ferryCp(b *testing.B, mode string, args ...string) result {
 }
 
 // shPipe times `sh -c pipeline`, the whole pipeline.
-func (s *benchSetup) shPipe(b *testing.B, pipeline string) result {
+func (s *benchSetup) shPipe(b testing.TB, pipeline string) result {
 	b.Helper()
 	link := s.linkStats()
 	res, _ := timed(b, []string{"sh", "-c", pipeline}, nil, false)
@@ -579,7 +579,7 @@ type rssProbe struct {
 }
 
 // newRSSProbe returns argv run under GNU time, when there is one.
-func newRSSProbe(b *testing.B, argv []string) (rssProbe, []string) {
+func newRSSProbe(b testing.TB, argv []string) (rssProbe, []string) {
 	b.Helper()
 	timeBin, err := exec.LookPath("/usr/bin/time")
 	if err != nil {
@@ -590,7 +590,7 @@ func newRSSProbe(b *testing.B, argv []string) (rssProbe, []string) {
 }
 
 // read returns the peak RSS in KiB of the command that ran as ps.
-func (p rssProbe) read(b *testing.B, ps *os.ProcessState) int64 {
+func (p rssProbe) read(b testing.TB, ps *os.ProcessState) int64 {
 	b.Helper()
 	if p.file == "" {
 		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
@@ -610,7 +610,7 @@ func (p rssProbe) read(b *testing.B, ps *os.ProcessState) int64 {
 // timed runs argv to completion after a sync and returns its wall time,
 // its peak RSS when rss is set, and its standard output. Its standard
 // error is shown only if it fails.
-func timed(b *testing.B, argv, env []string, rss bool) (result, []byte) {
+func timed(b testing.TB, argv, env []string, rss bool) (result, []byte) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -640,7 +640,7 @@ func timed(b *testing.B, argv, env []string, rss bool) (result, []byte) {
 
 // measure feeds size bytes to argv's stdin, reads its stdout, and checks
 // that what came back is what went in.
-func measure(b *testing.B, argv, env []string, size int64) result {
+func measure(b testing.TB, argv, env []string, size int64) result {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -722,7 +722,7 @@ type treeDigest struct {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func digestTree(b *testing.B, root string) treeDigest {
+func digestTree(b testing.TB, root string) treeDigest {
 	b.Helper()
 	var d treeDigest
 	h := crc32.New(castagnoli)
@@ -763,7 +763,7 @@ func digestTree(b *testing.B, root string) treeDigest {
 }
 
 // check fails the benchmark unless the tree at dir is a full copy.
-func (c *cpSet) check(b *testing.B, what, dir string) {
+func (c *cpSet) check(b testing.TB, what, dir string) {
 	b.Helper()
 	if got := digestTree(b, dir); got != c.want {
 		b.Fatalf("%s of %s: %s holds %d files, %d bytes, crc %08x; want %d files, %d bytes, crc %08x",
@@ -772,7 +772,7 @@ func (c *cpSet) check(b *testing.B, what, dir string) {
 }
 
 // makeBigSet writes dir/blob, size bytes from a seeded ChaCha8.
-func makeBigSet(b *testing.B, dir string, size int64) *cpSet {
+func makeBigSet(b testing.TB, dir string, size int64) *cpSet {
 	b.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
@@ -792,7 +792,7 @@ func makeBigSet(b *testing.B, dir string, size int64) *cpSet {
 
 // makeSmallSet writes n files of size random bytes, spread over subdirs
 // directories of dir.
-func makeSmallSet(b *testing.B, dir string, n, size, subdirs int) *cpSet {
+func makeSmallSet(b testing.TB, dir string, n, size, subdirs int) *cpSet {
 	b.Helper()
 	rng := rand.NewChaCha8([32]byte{3})
 	buf := make([]byte, size)
@@ -821,7 +821,7 @@ func sizeLabel(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-func removeAll(b *testing.B, p string) {
+func removeAll(b testing.TB, p string) {
 	b.Helper()
 	if err := os.RemoveAll(p); err != nil {
 		b.Fatal(err)
@@ -839,7 +839,7 @@ func shJoin(argv []string) string {
 	return strings.Join(q, " ")
 }
 
-func listeningAddr(b *testing.B, r io.Reader) string {
+func listeningAddr(b testing.TB, r io.Reader) string {
 	b.Helper()
 	found := make(chan string, 1)
 	go func() {
@@ -861,7 +861,7 @@ func listeningAddr(b *testing.B, r io.Reader) string {
 	}
 }
 
-func mustRun(b *testing.B, env []string, argv ...string) {
+func mustRun(b testing.TB, env []string, argv ...string) {
 	b.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
@@ -870,7 +870,7 @@ func mustRun(b *testing.B, env []string, argv ...string) {
 	}
 }
 
-func envInt(b *testing.B, key string, def int) int {
+func envInt(b testing.TB, key string, def int) int {
 	v := os.Getenv(key)
 	if v == "" {
 		return def

@@ -77,9 +77,10 @@ type Stats struct {
 	// Conns is the connections accepted; each one cost a round trip of
 	// TCP handshake before its first byte.
 	Conns int64
-	// Turns counts, per connection, each time one side sent after it had
-	// been silent for at least half the round-trip time while the other
-	// side's bytes reached it: the side was waiting for an answer. A
+	// Turns counts, per connection, each time one side sent after both
+	// sides had been silent for at least half the round-trip time and the
+	// other side's bytes had reached it: one side was waiting for the
+	// other. A
 	// request and its response are one turn (the response); a
 	// conversation of n exchanges is 2n-1 turns. A stream one way with
 	// flow-control updates back is none, unless the sender stalls on its
@@ -334,15 +335,18 @@ type conn struct {
 }
 
 // sent records that the side sending in direction dir sent at now, and
-// reports whether that is a turn: the other direction delivered to it
-// since it last sent, and it had been quiet long enough to be waiting.
+// reports whether that is a turn: the other side's bytes reached it since
+// it last sent, and both sides had been quiet long enough for this one to
+// be answering and the other to be waiting. A receiver's flow-control
+// updates to a sender still streaming are no turn: the sender is not
+// quiet.
 func (c *conn) sent(dir int, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	last := c.lastSent[dir]
+	last, other := c.lastSent[dir], c.lastSent[1-dir]
 	c.lastSent[dir] = now
 	answered := c.lastDelivered[1-dir].After(last)
-	return answered && (last.IsZero() || now.Sub(last) >= c.quiet)
+	return answered && (last.IsZero() || now.Sub(last) >= c.quiet) && now.Sub(other) >= c.quiet
 }
 
 func (c *conn) delivered(dir int, now time.Time) {

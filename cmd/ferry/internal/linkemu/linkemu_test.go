@@ -176,3 +176,37 @@ func TestCloseCuts(t *testing.T) {
 		t.Fatal("a write through a closed link still blocks")
 	}
 }
+
+// TestStreamAcks: a stream one way with a small answer back for every
+// 256 KiB (as flow-control updates go) is one turn, the last answer,
+// which the sender waits for once it has sent everything; the others it
+// never waits for.
+func TestStreamAcks(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	p, _ := Lookup("far")
+	const size, every = 2 << 20, 256 << 10
+	addr := serveOnce(t, func(c net.Conn) {
+		buf := make([]byte, every)
+		for {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+			c.Write([]byte{1})
+		}
+	})
+	l := startLink(t, addr, p)
+	c, err := net.Dial("tcp", l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, size/every)); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.Stats(); st.Up != size || st.Down != size/every || st.Turns != 1 {
+		t.Errorf("stats %+v, want %d up, %d down, one turn", st, size, size/every)
+	}
+}
