@@ -383,6 +383,7 @@ type benchSetup struct {
 	// cpuProfiles is where ferry's commands write CPU profiles
 	// (FERRY_CPUPROFILE), "" for none.
 	cpuProfiles string
+	profiles    int // profiles written so far
 }
 
 // ferryEnvFor is ferryEnv, with a CPU profile named after argv when
@@ -391,20 +392,25 @@ func (s *benchSetup) ferryEnvFor(argv []string) []string {
 	if s.cpuProfiles == "" {
 		return s.ferryEnv
 	}
+	// Numbered, then the command's words without its flags and with each
+	// path cut to its last element.
+	s.profiles++
+	words := []string{"loopback"}
+	if s.link != nil {
+		words[0] = s.link.Name
+	}
+	for _, a := range argv[1:] {
+		if !strings.HasPrefix(a, "-") {
+			words = append(words, filepath.Base(a))
+		}
+	}
 	name := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
 			return r
 		}
 		return '_'
-	}, strings.Join(argv[1:], "-"))
-	if len(name) > 120 {
-		name = name[:120]
-	}
-	prefix := "loopback"
-	if s.link != nil {
-		prefix = s.link.Name
-	}
-	return append(slices.Clone(s.ferryEnv), "FERRY_CPUPROFILE="+filepath.Join(s.cpuProfiles, prefix+"-"+name+".pprof"))
+	}, strings.Join(words, "-"))
+	return append(slices.Clone(s.ferryEnv), "FERRY_CPUPROFILE="+filepath.Join(s.cpuProfiles, fmt.Sprintf("%03d-%.100s.pprof", s.profiles, name)))
 }
 
 func startBench(b testing.TB) *benchSetup { return startBenchLink(b, nil) }
