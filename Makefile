@@ -86,8 +86,13 @@ test: deps vet
 demo: deps build
 	@FERRY=$(FERRY) bash cmd/ferry/demo.sh
 
+# LINK=lan|region|far (or a comma list) runs only BenchmarkLink over those
+# emulated links; without it every benchmark runs, the link ones over all
+# three profiles. bench.json and the plots land in build/bench.
+LINK ?=
 bench: deps build
-	FERRY_BENCH=1 $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./cmd/ferry/
+	FERRY=$(FERRY) FERRY_BENCH=1 FERRY_BENCH_LINK=$(LINK) FERRY_BENCH_OUT=$(CURDIR)/build/bench \
+		$(GO) test -run '^$$' -bench '$(if $(LINK),^BenchmarkLink$$,.)' -benchtime 1x -timeout 60m ./cmd/ferry/
 
 proto: deps
 	bash proto/gen.sh

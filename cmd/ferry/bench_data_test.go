@@ -32,7 +32,7 @@ const jsonlFiles = 8
 // neither better nor worse; ids, timings and token counts are random. It
 // is seeded: with the same Go installation every run writes the same
 // bytes. Each file ends with a whole line.
-func makeJSONLSet(b *testing.B, dir string, size int64) *cpSet {
+func makeJSONLSet(b testing.TB, dir string, size int64) *cpSet {
 	b.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
@@ -94,7 +94,7 @@ var (
 )
 
 // loadCorpus reads the Go files of corpusDirs in GOROOT, in a fixed order.
-func loadCorpus(b *testing.B) *corpus {
+func loadCorpus(b testing.TB) *corpus {
 	b.Helper()
 	corpusOnce.Do(func() {
 		c := &corpus{}

@@ -99,7 +99,7 @@ func BenchmarkSessionFiles(b *testing.B) {
 
 // writeManyFiles writes n files of 1 to 4 KiB of random bytes from seed
 // under dir, a hundred to a directory two levels deep.
-func writeManyFiles(b *testing.B, dir string, n int, seed uint64) {
+func writeManyFiles(b testing.TB, dir string, n int, seed uint64) {
 	b.Helper()
 	rng := rand.New(rand.NewPCG(seed, 20))
 	buf := make([]byte, 4<<10)
@@ -129,7 +129,7 @@ type agentWatch struct {
 }
 
 // watchAgent samples the agents' peak RSS until stop.
-func (s *benchSetup) watchAgent(b *testing.B) *agentWatch {
+func (s *benchSetup) watchAgent(b testing.TB) *agentWatch {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &agentWatch{cancel: cancel}

@@ -235,14 +235,16 @@ type peerResult struct {
 
 // ferrySession times `ferry --json --mode mode --store store session
 // args...` with its peak RSS, and checks the mode its --json reports.
-func (s *benchSetup) ferrySession(b *testing.B, mode, store string, args ...string) sessResult {
+func (s *benchSetup) ferrySession(b testing.TB, mode, store string, args ...string) sessResult {
 	b.Helper()
 	argv := []string{s.bin, "--json", "--mode", mode, "--store", store}
 	if mode == "agent" && s.compress != "" {
 		argv = append(argv, "--compress", s.compress)
 	}
 	argv = append(append(argv, "session"), args...)
-	res, out := timed(b, argv, s.ferryEnv, true)
+	link := s.linkStats()
+	res, out := timed(b, argv, s.ferryEnvFor(argv), true)
+	res.link = s.linkStats().Sub(link)
 	var st struct {
 		Files     int64  `json:"files"`
 		Bytes     int64  `json:"bytes"`
@@ -266,11 +268,13 @@ var rsyncStat = regexp.MustCompile(`(?m)^Total bytes (sent|received): ([0-9,.]+)
 // rsync times `rsync -a --stats src/ 127.0.0.1:dst/` over the bench's
 // sshd and returns what its sender (this side, reading src) sent and
 // received.
-func (s *benchSetup) rsync(b *testing.B, src, dst string) peerResult {
+func (s *benchSetup) rsync(b testing.TB, src, dst string) peerResult {
 	b.Helper()
 	ssh := s.sshArgv()
 	target := ssh[len(ssh)-1] + ":" + dst + "/"
+	link := s.linkStats()
 	res, out := timed(b, []string{"rsync", "-a", "--stats", "-e", shJoin(ssh[:len(ssh)-1]), src + "/", target}, nil, false)
+	res.link = s.linkStats().Sub(link)
 	p := peerResult{result: res}
 	for _, m := range rsyncStat.FindAllStringSubmatch(string(out), -1) {
 		n, err := strconv.ParseInt(strings.NewReplacer(",", "", ".", "").Replace(m[2]), 10, 64)
@@ -290,7 +294,7 @@ func (s *benchSetup) rsync(b *testing.B, src, dst string) peerResult {
 }
 
 // checkTree fails the benchmark unless the tree at dir has digest want.
-func checkTree(b *testing.B, what, dir string, want treeDigest) {
+func checkTree(b testing.TB, what, dir string, want treeDigest) {
 	b.Helper()
 	(&cpSet{label: "the session", dir: dir, want: want}).check(b, what, dir)
 }
@@ -298,7 +302,7 @@ func checkTree(b *testing.B, what, dir string, want treeDigest) {
 // writeJSONLFiles writes n files session-NN.jsonl of about size/n bytes
 // each into dir, from makeJSONLSet's generator seeded seed+i, each ending
 // with a whole line.
-func writeJSONLFiles(b *testing.B, dir string, n int, size int64, seed uint64) {
+func writeJSONLFiles(b testing.TB, dir string, n int, size int64, seed uint64) {
 	b.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
@@ -311,7 +315,7 @@ func writeJSONLFiles(b *testing.B, dir string, n int, size int64, seed uint64) {
 // appendJSONLFiles appends size/n bytes or a little more of new lines to each of the
 // first n files writeJSONLFiles wrote in dir and returns the bytes
 // appended.
-func appendJSONLFiles(b *testing.B, dir string, n int, size int64, seed uint64) int64 {
+func appendJSONLFiles(b testing.TB, dir string, n int, size int64, seed uint64) int64 {
 	b.Helper()
 	var total int64
 	for i := range n {
@@ -324,7 +328,7 @@ func appendJSONLFiles(b *testing.B, dir string, n int, size int64, seed uint64) 
 // opened with flag, about size bytes: at most size (but at least one
 // line), or with atLeast, the fewest lines that make size or more. It
 // returns the bytes written.
-func writeJSONL(b *testing.B, path string, flag int, size int64, atLeast bool, seed uint64) int64 {
+func writeJSONL(b testing.TB, path string, flag int, size int64, atLeast bool, seed uint64) int64 {
 	b.Helper()
 	f, err := os.OpenFile(path, flag, 0o644)
 	if err != nil {

@@ -20,7 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-dev/ferry/cmd/ferry/internal/linkemu"
 	"github.com/ferry-dev/ferry/relay/sshexec/sshdtest"
+	"golang.org/x/crypto/ssh/knownhosts"
 )
 
 // BenchmarkExecCat is `make bench`: 1 GiB through `cat` in the sandbox,
@@ -276,7 +278,7 @@ type firstResult struct {
 // (untimed): in POSIX mode, in agent mode with the agent cache removed
 // first (so that the agent is installed), and in agent mode with the
 // agent cached, best of rounds each.
-func (s *benchSetup) firstCp(b *testing.B, set *cpSet, rounds int) firstResult {
+func (s *benchSetup) firstCp(b testing.TB, set *cpSet, rounds int) firstResult {
 	b.Helper()
 	fresh := func(kind, short, mode string, cold bool) benchPeer {
 		return benchPeer{kind, func(r int) (result, string) {
@@ -320,7 +322,7 @@ type benchPeer struct {
 // bestOf runs rounds rounds of peers and returns the best of each. Round r
 // starts with peer r%len(peers) and goes on in order. Each round's times
 // are logged (go test prints them under the table).
-func bestOf(b *testing.B, name string, rounds int, peers []benchPeer) []result {
+func bestOf(b testing.TB, name string, rounds int, peers []benchPeer) []result {
 	b.Helper()
 	best := make([]result, len(peers))
 	for r := 0; r < rounds; r++ {
@@ -346,7 +348,7 @@ func bestOf(b *testing.B, name string, rounds int, peers []benchPeer) []result {
 }
 
 // needBench skips unless FERRY_BENCH is set.
-func needBench(b *testing.B) {
+func needBench(b testing.TB) {
 	b.Helper()
 	if os.Getenv("FERRY_BENCH") == "" {
 		b.Skip("set FERRY_BENCH=1 (make bench) to run the peer comparison")
@@ -371,9 +373,51 @@ type benchSetup struct {
 	// compress is agent mode's --compress for ferryCp ("" for the default).
 	compress string
 	sshd     *sshdtest.Server
+	// sshAddr and knownHosts are where ssh connects and how it checks the
+	// host key: sshd's own, or the link's in front of it.
+	sshAddr, knownHosts string
+	// gwLink and sshLink are the emulated link in front of the gateway and
+	// of sshd (nil on loopback); link is its profile.
+	gwLink, sshLink *linkemu.Link
+	link            *linkemu.Profile
+	// cpuProfiles is where ferry's commands write CPU profiles
+	// (FERRY_CPUPROFILE), "" for none.
+	cpuProfiles string
+	profiles    int // profiles written so far
 }
 
-func startBench(b *testing.B) *benchSetup {
+// ferryEnvFor is ferryEnv, with a CPU profile named after argv when
+// cpuProfiles is set.
+func (s *benchSetup) ferryEnvFor(argv []string) []string {
+	if s.cpuProfiles == "" {
+		return s.ferryEnv
+	}
+	// Numbered, then the command's words without its flags and with each
+	// path cut to its last element.
+	s.profiles++
+	words := []string{"loopback"}
+	if s.link != nil {
+		words[0] = s.link.Name
+	}
+	for _, a := range argv[1:] {
+		if !strings.HasPrefix(a, "-") {
+			words = append(words, filepath.Base(a))
+		}
+	}
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
+			return r
+		}
+		return '_'
+	}, strings.Join(words, "-"))
+	return append(slices.Clone(s.ferryEnv), "FERRY_CPUPROFILE="+filepath.Join(s.cpuProfiles, fmt.Sprintf("%03d-%.100s.pprof", s.profiles, name)))
+}
+
+func startBench(b testing.TB) *benchSetup { return startBenchLink(b, nil) }
+
+// startBenchLink is startBench with the gateway and sshd both behind an
+// emulated link of profile p (nil: none, loopback).
+func startBenchLink(b testing.TB, p *linkemu.Profile) *benchSetup {
 	b.Helper()
 	dir := b.TempDir()
 	// $FERRY is a ferry already built (make build embeds the agent);
@@ -404,6 +448,11 @@ func startBench(b *testing.B) *benchSetup {
 	}
 	b.Cleanup(func() { gw.Process.Kill(); gw.Wait() })
 	addr := listeningAddr(b, gwErr)
+	var gwLink *linkemu.Link
+	if p != nil {
+		gwLink = startLink(b, addr, *p)
+		addr = gwLink.Addr()
+	}
 	cfg := filepath.Join(dir, "config")
 	// With an explicit endpoint on 127.0.0.1 the OpenShell CLI looks for
 	// client certificates under gateways/openshell/mtls.
@@ -422,13 +471,48 @@ func startBench(b *testing.B) *benchSetup {
 	}
 	s := &benchSetup{bin: bin, ferryEnv: ferryEnv, root: root, sandbox: filepath.Join(root, "bench"),
 		sandboxTmp: sandboxTmp, agentCache: filepath.Join(sandboxTmp, fmt.Sprintf(".ferry-%d", os.Getuid()))}
+	s.gwLink, s.link = gwLink, p
 	s.createSandbox(b, "bench")
 	s.sshd = sshdtest.Start(b)
+	s.sshAddr, s.knownHosts = s.sshd.Addr, s.sshd.KnownHosts
+	if p != nil {
+		s.sshLink = startLink(b, s.sshd.Addr, *p)
+		s.sshAddr = s.sshLink.Addr()
+		// The host key, known under the link's address.
+		s.knownHosts = filepath.Join(dir, "known_hosts")
+		line := knownhosts.Line([]string{knownhosts.Normalize(s.sshAddr)}, s.sshd.HostKey)
+		if err := os.WriteFile(s.knownHosts, []byte(line+"\n"), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
 	return s
 }
 
+func startLink(b testing.TB, target string, p linkemu.Profile) *linkemu.Link {
+	b.Helper()
+	l, err := linkemu.Start(context.Background(), linkemu.ConfigFor(target, p))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	return l
+}
+
+// linkStats is both links' counters together (zero on loopback): only one
+// of them carries a given command's bytes.
+func (s *benchSetup) linkStats() linkemu.Stats {
+	var st linkemu.Stats
+	for _, l := range []*linkemu.Link{s.gwLink, s.sshLink} {
+		if l != nil {
+			x := l.Stats()
+			st.Up, st.Down, st.Conns, st.Turns = st.Up+x.Up, st.Down+x.Down, st.Conns+x.Conns, st.Turns+x.Turns
+		}
+	}
+	return st
+}
+
 // createSandbox creates the sandbox name with TMPDIR set to sandboxTmp.
-func (s *benchSetup) createSandbox(b *testing.B, name string) {
+func (s *benchSetup) createSandbox(b testing.TB, name string) {
 	b.Helper()
 	mustRun(b, s.ferryEnv, s.bin, "sandbox", "create", "-e", "TMPDIR="+s.sandboxTmp, name)
 
@@ -436,21 +520,25 @@ func (s *benchSetup) createSandbox(b *testing.B, name string) {
 
 // sshArgv is `ssh 127.0.0.1` to the bench's sshd, up to the remote
 // command.
-func (s *benchSetup) sshArgv() []string {
-	host, port, _ := strings.Cut(s.sshd.Addr, ":")
-	return []string{"ssh", "-T", "-i", s.sshd.IdentityFile, "-o", "UserKnownHostsFile=" + s.sshd.KnownHosts,
-		"-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-p", port, s.sshd.User + "@" + host}
+func (s *benchSetup) sshArgv(opts ...string) []string {
+	host, port, _ := strings.Cut(s.sshAddr, ":")
+	argv := append([]string{"ssh", "-T"}, opts...)
+	return append(argv, "-i", s.sshd.IdentityFile, "-o", "UserKnownHostsFile="+s.knownHosts,
+		"-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-p", port, s.sshd.User+"@"+host)
 }
 
 // ferryCp times `ferry cp --json --mode mode args...`, takes its peak RSS
 // and what its --json reports, and checks that the copy ran in mode.
-func (s *benchSetup) ferryCp(b *testing.B, mode string, args ...string) result {
+func (s *benchSetup) ferryCp(b testing.TB, mode string, args ...string) result {
 	b.Helper()
 	argv := []string{s.bin, "cp", "--json", "--mode", mode}
 	if mode == "agent" && s.compress != "" {
 		argv = append(argv, "--compress", s.compress)
 	}
-	res, out := timed(b, append(argv, args...), s.ferryEnv, true)
+	link := s.linkStats()
+	argv = append(argv, args...)
+	res, out := timed(b, argv, s.ferryEnvFor(argv), true)
+	res.link = s.linkStats().Sub(link)
 	var st struct {
 		Bytes     int64  `json:"bytes"`
 		WireBytes int64  `json:"wire_bytes"`
@@ -467,18 +555,25 @@ func (s *benchSetup) ferryCp(b *testing.B, mode string, args ...string) result {
 }
 
 // shPipe times `sh -c pipeline`, the whole pipeline.
-func (s *benchSetup) shPipe(b *testing.B, pipeline string) result {
+func (s *benchSetup) shPipe(b testing.TB, pipeline string) result {
 	b.Helper()
+	link := s.linkStats()
 	res, _ := timed(b, []string{"sh", "-c", pipeline}, nil, false)
+	res.link = s.linkStats().Sub(link)
 	return res
 }
 
 type result struct {
 	seconds float64
-	maxRSS  int64 // KiB
+	// cpu is the command's user and system time, its children's included
+	// (a pipeline's every stage; not the remote sshd's).
+	cpu    float64
+	maxRSS int64 // KiB
 	// For ferry cp, what its --json reports.
 	bytes, wire int64
 	mode        string
+	// link is what crossed the emulated link (zero on loopback).
+	link linkemu.Stats
 }
 
 // rssProbe wraps a command in GNU time to take its peak RSS. A child's
@@ -490,7 +585,7 @@ type rssProbe struct {
 }
 
 // newRSSProbe returns argv run under GNU time, when there is one.
-func newRSSProbe(b *testing.B, argv []string) (rssProbe, []string) {
+func newRSSProbe(b testing.TB, argv []string) (rssProbe, []string) {
 	b.Helper()
 	timeBin, err := exec.LookPath("/usr/bin/time")
 	if err != nil {
@@ -501,7 +596,7 @@ func newRSSProbe(b *testing.B, argv []string) (rssProbe, []string) {
 }
 
 // read returns the peak RSS in KiB of the command that ran as ps.
-func (p rssProbe) read(b *testing.B, ps *os.ProcessState) int64 {
+func (p rssProbe) read(b testing.TB, ps *os.ProcessState) int64 {
 	b.Helper()
 	if p.file == "" {
 		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
@@ -521,7 +616,7 @@ func (p rssProbe) read(b *testing.B, ps *os.ProcessState) int64 {
 // timed runs argv to completion after a sync and returns its wall time,
 // its peak RSS when rss is set, and its standard output. Its standard
 // error is shown only if it fails.
-func timed(b *testing.B, argv, env []string, rss bool) (result, []byte) {
+func timed(b testing.TB, argv, env []string, rss bool) (result, []byte) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -542,7 +637,7 @@ func timed(b *testing.B, argv, env []string, rss bool) (result, []byte) {
 	if err != nil {
 		b.Fatalf("%q: %v\n%s%s", argv, err, out.Bytes(), errOut.Bytes())
 	}
-	res := result{seconds: elapsed}
+	res := result{seconds: elapsed, cpu: (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()}
 	if rss {
 		res.maxRSS = probe.read(b, cmd.ProcessState)
 	}
@@ -551,7 +646,7 @@ func timed(b *testing.B, argv, env []string, rss bool) (result, []byte) {
 
 // measure feeds size bytes to argv's stdin, reads its stdout, and checks
 // that what came back is what went in.
-func measure(b *testing.B, argv, env []string, size int64) result {
+func measure(b testing.TB, argv, env []string, size int64) result {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -633,7 +728,7 @@ type treeDigest struct {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func digestTree(b *testing.B, root string) treeDigest {
+func digestTree(b testing.TB, root string) treeDigest {
 	b.Helper()
 	var d treeDigest
 	h := crc32.New(castagnoli)
@@ -674,7 +769,7 @@ func digestTree(b *testing.B, root string) treeDigest {
 }
 
 // check fails the benchmark unless the tree at dir is a full copy.
-func (c *cpSet) check(b *testing.B, what, dir string) {
+func (c *cpSet) check(b testing.TB, what, dir string) {
 	b.Helper()
 	if got := digestTree(b, dir); got != c.want {
 		b.Fatalf("%s of %s: %s holds %d files, %d bytes, crc %08x; want %d files, %d bytes, crc %08x",
@@ -683,7 +778,7 @@ func (c *cpSet) check(b *testing.B, what, dir string) {
 }
 
 // makeBigSet writes dir/blob, size bytes from a seeded ChaCha8.
-func makeBigSet(b *testing.B, dir string, size int64) *cpSet {
+func makeBigSet(b testing.TB, dir string, size int64) *cpSet {
 	b.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
@@ -703,7 +798,7 @@ func makeBigSet(b *testing.B, dir string, size int64) *cpSet {
 
 // makeSmallSet writes n files of size random bytes, spread over subdirs
 // directories of dir.
-func makeSmallSet(b *testing.B, dir string, n, size, subdirs int) *cpSet {
+func makeSmallSet(b testing.TB, dir string, n, size, subdirs int) *cpSet {
 	b.Helper()
 	rng := rand.NewChaCha8([32]byte{3})
 	buf := make([]byte, size)
@@ -732,7 +827,7 @@ func sizeLabel(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-func removeAll(b *testing.B, p string) {
+func removeAll(b testing.TB, p string) {
 	b.Helper()
 	if err := os.RemoveAll(p); err != nil {
 		b.Fatal(err)
@@ -750,7 +845,7 @@ func shJoin(argv []string) string {
 	return strings.Join(q, " ")
 }
 
-func listeningAddr(b *testing.B, r io.Reader) string {
+func listeningAddr(b testing.TB, r io.Reader) string {
 	b.Helper()
 	found := make(chan string, 1)
 	go func() {
@@ -772,7 +867,7 @@ func listeningAddr(b *testing.B, r io.Reader) string {
 	}
 }
 
-func mustRun(b *testing.B, env []string, argv ...string) {
+func mustRun(b testing.TB, env []string, argv ...string) {
 	b.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
@@ -781,7 +876,7 @@ func mustRun(b *testing.B, env []string, argv ...string) {
 	}
 }
 
-func envInt(b *testing.B, key string, def int) int {
+func envInt(b testing.TB, key string, def int) int {
 	v := os.Getenv(key)
 	if v == "" {
 		return def

@@ -28,6 +28,12 @@ func main() {
 		debug.SetMemoryLimit(heapLimit)
 	}
 	growPipes(os.Stdin, os.Stdout)
+	if p := os.Getenv("FERRY_CPUPROFILE"); p != "" {
+		stop := startCPUProfile(p)
+		code := runMain(os.Args[1:])
+		stop()
+		os.Exit(code)
+	}
 	os.Exit(runMain(os.Args[1:]))
 }
 

@@ -1,0 +1,212 @@
+package linkemu
+
+import (
+	"context"
+	"io"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// serveOnce accepts one connection on a fresh listener and runs h on it in
+// a goroutine the test waits for.
+func serveOnce(t *testing.T, h func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		h(c)
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return ln.Addr().String()
+}
+
+func startLink(t *testing.T, target string, p Profile) *Link {
+	t.Helper()
+	l, err := Start(context.Background(), ConfigFor(target, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func within(t *testing.T, what string, got, want, tol float64) {
+	t.Helper()
+	if got < want*(1-tol) || got > want*(1+tol) {
+		t.Errorf("%s = %.4g, want %.4g ± %.0f%%", what, got, want, 100*tol)
+	} else {
+		t.Logf("%s = %.4g (want %.4g)", what, got, want)
+	}
+}
+
+// TestRTT: a ping-pong of one byte through far takes its round-trip time,
+// each exchange is one round trip and two turns but the first, and the
+// first byte back waits for the handshake's round trip too.
+func TestRTT(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	p, _ := Lookup("far")
+	addr := serveOnce(t, func(c net.Conn) { io.Copy(c, c) })
+	l := startLink(t, addr, p)
+	c, err := net.Dial("tcp", l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	const n = 8
+	var rtts []float64
+	b := []byte{1}
+	for i := range n {
+		t0 := time.Now()
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, b); err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 {
+			rtts = append(rtts, time.Since(t0).Seconds())
+		} else {
+			within(t, "first exchange, handshake included (s)", time.Since(start).Seconds(), 2*p.RTT().Seconds(), 0.05)
+		}
+	}
+	c.Close()
+	slices.Sort(rtts)
+	within(t, "median RTT (s)", rtts[len(rtts)/2], p.RTT().Seconds(), 0.05)
+	within(t, "slowest RTT (s)", rtts[len(rtts)-1], p.RTT().Seconds(), 0.05)
+	st := l.Stats()
+	if st.Up != n || st.Down != n || st.Conns != 1 || st.Turns != 2*n-1 || st.RoundTrips() != 1+n {
+		t.Errorf("stats %+v, round trips %d; want %d bytes each way, 1 conn, %d turns, %d round trips", st, st.RoundTrips(), n, 2*n-1, 1+n)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRate: 4 MB one way through far arrive at its 20 Mbit/s, with a
+// bandwidth-delay product in flight (stop-and-wait over 160 ms would take
+// minutes), and cost no turns.
+func TestRate(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	p, _ := Lookup("far")
+	const size = 4 << 20
+	type span struct {
+		first, last time.Time
+		n           int64
+	}
+	got := make(chan span, 1)
+	addr := serveOnce(t, func(c net.Conn) {
+		var s span
+		buf := make([]byte, 64<<10)
+		for {
+			m, err := c.Read(buf)
+			if m > 0 {
+				if s.n == 0 {
+					s.first = time.Now()
+				}
+				s.n += int64(m)
+				s.last = time.Now()
+			}
+			if err != nil {
+				break
+			}
+		}
+		got <- s
+	})
+	l := startLink(t, addr, p)
+	c, err := net.Dial("tcp", l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := c.Write(make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	s := <-got
+	if s.n != size {
+		t.Fatalf("received %d bytes, want %d", s.n, size)
+	}
+	// The first chunk arrives after the handshake, a one-way delay and its
+	// own serialization; from there on the bytes come at the rate.
+	within(t, "rate (bytes/s)", float64(s.n)/s.last.Sub(s.first).Seconds(), p.BytesPerSecond(), 0.05)
+	within(t, "first byte (s)", s.first.Sub(start).Seconds(), (p.RTT() + p.Delay).Seconds(), 0.05)
+	if st := l.Stats(); st.Up != size || st.Down != 0 || st.Turns != 0 {
+		t.Errorf("stats %+v, want %d bytes up, none down, no turns", st, size)
+	}
+}
+
+// TestCloseCuts: Close ends a connection in the middle of a transfer and
+// leaves no goroutine behind.
+func TestCloseCuts(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	p, _ := Lookup("far")
+	addr := serveOnce(t, func(c net.Conn) { io.Copy(io.Discard, c) })
+	l := startLink(t, addr, p)
+	c, err := net.Dial("tcp", l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Write(make([]byte, 64<<20))
+		errc <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	l.Close()
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatal("64 MiB written through a closed link at 20 Mbit/s")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a write through a closed link still blocks")
+	}
+}
+
+// TestStreamAcks: a stream one way with a small answer back for every
+// 256 KiB (as flow-control updates go) is one turn, the last answer,
+// which the sender waits for once it has sent everything; the others it
+// never waits for.
+func TestStreamAcks(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	p, _ := Lookup("far")
+	const size, every = 2 << 20, 256 << 10
+	addr := serveOnce(t, func(c net.Conn) {
+		buf := make([]byte, every)
+		for {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+			c.Write([]byte{1})
+		}
+	})
+	l := startLink(t, addr, p)
+	c, err := net.Dial("tcp", l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, size/every)); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.Stats(); st.Up != size || st.Down != size/every || st.Turns != 1 {
+		t.Errorf("stats %+v, want %d up, %d down, one turn", st, size, size/every)
+	}
+}
