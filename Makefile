@@ -80,7 +80,9 @@ deps:
 vet:
 	$(GO) vet ./...
 
-test: deps vet
+# The agent builds first: the benchmarks' path tests run ferry's own
+# binary, which carries them, as make build's does.
+test: deps agent vet
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 
 demo: deps build

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -214,7 +215,9 @@ func (c linkCase) rows(p linkemu.Profile, res []result) []linkRow {
 func runLinkProfile(b testing.TB, p linkemu.Profile, sc linkScale, rounds int) ([]linkRow, []string) {
 	b.Helper()
 	s := startBenchLink(b, &p)
-	s.compress = "auto"
+	// FERRY_BENCH_LINK_COMPRESS sets agent mode's --compress (default
+	// auto), to weigh Auto's pick against a fixed codec on the link.
+	s.compress = cmp.Or(os.Getenv("FERRY_BENCH_LINK_COMPRESS"), "auto")
 	s.cpuProfiles = os.Getenv("FERRY_BENCH_CPUPROFILE")
 	data := b.TempDir()
 	sets := []*cpSet{

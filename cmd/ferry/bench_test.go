@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -424,6 +425,10 @@ func startBenchLink(b testing.TB, p *linkemu.Profile) *benchSetup {
 	// otherwise it is built here, with the agent builds in the tree.
 	bin := os.Getenv("FERRY")
 	if bin == "" {
+		blob := filepath.Join("..", "..", "transfer", "agent", "bundle", "blobs", "ferry-agent-linux-"+runtime.GOARCH+".zst")
+		if _, err := os.Stat(blob); err != nil {
+			b.Fatalf("no agent build in the tree to embed (%v): run make agent, or make test, which builds it", err)
+		}
 		bin = filepath.Join(dir, "ferry")
 		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 			b.Fatalf("build ferry: %v\n%s", err, out)

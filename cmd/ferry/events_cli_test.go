@@ -111,18 +111,18 @@ func TestRunEvents(t *testing.T) {
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
-// TestRunEventsUnavailable: a gateway that fails GetSandboxLogs gives a
-// run whose events are "unavailable" with the reason, in --json and on
-// stderr, not zero events; a stale ocsf.ndjson is removed; the run
-// itself succeeds.
+// TestRunEventsUnavailable: a gateway that fails GetSandboxLogs (and the
+// WatchSandbox a run follows the log with) gives a run whose events are
+// "unavailable" with the reason, in --json and on stderr, not zero
+// events; a stale ocsf.ndjson is removed; the run itself succeeds.
 func TestRunEventsUnavailable(t *testing.T) {
 	xdg := isolate(t)
 	g := gatewaytest.Start(t, gatewaytest.Options{
 		Config: gateway.Config{Logger: slog.New(slog.DiscardHandler)},
-		Refuse: []string{"/openshell.v1.OpenShell/GetSandboxLogs"},
 	})
 	storeGateway(t, xdg, "ferry-test", "https://"+g.Addr, g.CertDir, true)
 	wantOK(t, runFerry(t, nil, "-q", "sandbox", "create", "box"))
+	g.Refuse("/openshell.v1.OpenShell/GetSandboxLogs", "/openshell.v1.OpenShell/WatchSandbox")
 	out := filepath.Join(t.TempDir(), "out")
 	stale := filepath.Join(out, "ocsf.ndjson")
 	writeFile(t, stale, []byte(`{"class":"process"}`+"\n"), 0o600)

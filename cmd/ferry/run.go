@@ -139,6 +139,13 @@ prune of the store is not idle.`,
 				return err
 			}
 			sb.IdleTimeout = idleTimeout
+			// The store before the gateway: a store that is not there
+			// fails the run before a sandbox is created.
+			if len(spec.Sessions) > 0 {
+				if spec.Store, err = g.openStore(cmd.Context()); err != nil {
+					return err
+				}
+			}
 			// Through a gateway, its log gives the run's OCSF events;
 			// --ssh has none, and the result says so.
 			if create != "" || del || g.ssh == "" {
@@ -161,11 +168,6 @@ prune of the store is not idle.`,
 					if _, err := c.Ensure(cmd.Context(), createSpec); err != nil {
 						return err
 					}
-				}
-			}
-			if len(spec.Sessions) > 0 {
-				if spec.Store, err = g.openStore(cmd.Context()); err != nil {
-					return err
 				}
 			}
 			x, closeFn, err := g.execer()

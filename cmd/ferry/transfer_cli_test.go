@@ -129,7 +129,7 @@ func TestRunCLI(t *testing.T) {
 	if !strings.Contains(r.stdout, "do it") || !strings.Contains(r.stderr, "oops") {
 		t.Fatalf("run output not shown live: stdout %q stderr %q", r.stdout, r.stderr)
 	}
-	if got := names(t, out); got != "meta.json runner.log" {
+	if got := names(t, out); got != "meta.json ocsf.ndjson runner.log" {
 		t.Fatalf("run dir holds %q", got)
 	}
 	if log, _ := os.ReadFile(filepath.Join(out, "runner.log")); !strings.Contains(string(log), "do it") {

@@ -29,7 +29,7 @@ type Options struct {
 	Plaintext bool
 	// Config is passed to gateway.New; Root defaults to a temp dir.
 	Config gateway.Config
-	// Refuse lists unary methods (full names, as
+	// Refuse lists methods, unary or streaming (full names, as
 	// "/openshell.v1.OpenShell/GetSandboxLogs") answered UNAVAILABLE,
 	// for tests of a gateway that fails them.
 	Refuse []string
@@ -106,6 +106,22 @@ type Gateway struct {
 
 	mu      sync.Mutex
 	creates []*openshellv1.CreateSandboxRequest
+	refuse  []string
+}
+
+// Refuse makes the gateway answer the methods UNAVAILABLE from now on,
+// besides Options.Refuse's: a test sets its sandbox up first, then
+// breaks what it tests.
+func (g *Gateway) Refuse(methods ...string) {
+	g.mu.Lock()
+	g.refuse = append(g.refuse, methods...)
+	g.mu.Unlock()
+}
+
+func (g *Gateway) refused(method string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Contains(g.refuse, method)
 }
 
 // Creates are the CreateSandboxRequests the gateway received, as they
@@ -142,9 +158,12 @@ func Start(t testing.TB, opts Options) *Gateway {
 	// WaitForHandlers: Stop returns only once every handler has, so that
 	// none writes the gateway's logs into a temp dir being removed.
 	sopts := append(gateway.ServerOptions(), grpc.WaitForHandlers(true), grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if slices.Contains(opts.Refuse, info.FullMethod) || g.refused(info.FullMethod) {
+			return status.Error(codes.Unavailable, "refused by the test")
+		}
 		return handler(srv, &recordingStream{ServerStream: ss, seen: seen})
 	}), grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if slices.Contains(opts.Refuse, info.FullMethod) {
+		if slices.Contains(opts.Refuse, info.FullMethod) || g.refused(info.FullMethod) {
 			return nil, status.Error(codes.Unavailable, "refused by the test")
 		}
 		if r, ok := req.(*openshellv1.CreateSandboxRequest); ok {
