@@ -84,10 +84,12 @@ func TestAutoFastLink(t *testing.T) {
 	if st.S2Blocks < (blocks-warmupBlocks)*3/4 || st.RawBlocks != 0 {
 		t.Errorf("auto: stats %+v, want most of the %d blocks after warmup S2, none raw", st, blocks-warmupBlocks)
 	}
-	// zstd cannot pay where S2's bytes cost the link nothing: after the
-	// first block it is neither warmed up nor probed.
-	if st.ZstdBlocks != 1 {
-		t.Errorf("auto: stats %+v, want zstd on the first block only", st)
+	// zstd cannot pay where S2's bytes cost the link nothing: past the
+	// blocks compressed before the first was sent (S2 trials made with
+	// zstd too, the link not measured yet), it is neither warmed up nor
+	// probed.
+	if st.ZstdBlocks < 1 || st.ZstdBlocks > 1+2+queueExtra {
+		t.Errorf("auto: stats %+v, want zstd only before the link is measured (at most %d blocks)", st, 1+2+queueExtra)
 	}
 	st = writeAll(t, NewWriter(io.Discard, WriterOptions{Compress: Zstd, BlockSize: bs, Concurrency: 2}), data)
 	if st.ZstdBlocks != blocks {
@@ -98,12 +100,13 @@ func TestAutoFastLink(t *testing.T) {
 // TestAutoSmallStream: a stream of at most warmupBlocks blocks is
 // compressed whatever the link, as before anything can be measured: zstd
 // first, then S2, and zstd in turn with it only where zstd may pay. On a
-// link faster than S2 it cannot, and zstd is not tried again.
+// link faster than S2 it cannot, and zstd is not tried again once the
+// link is measured.
 func TestAutoSmallStream(t *testing.T) {
 	const bs = 64 << 10
 	st := writeAll(t, NewWriter(&countWriter{}, WriterOptions{BlockSize: bs}), textData(warmupBlocks*bs))
-	if st.ZstdBlocks != 1 || st.S2Blocks != warmupBlocks-1 {
-		t.Errorf("fast link: stats %+v, want all %d blocks compressed, the first with zstd, the rest S2", st, warmupBlocks)
+	if st.ZstdBlocks < 1 || st.ZstdBlocks > 1+1+queueExtra || st.ZstdBlocks+st.S2Blocks != warmupBlocks {
+		t.Errorf("fast link: stats %+v, want all %d blocks compressed, zstd only before the link is measured, the rest S2", st, warmupBlocks)
 	}
 	link := &slowLink{rate: 1e6}
 	st = writeAll(t, NewWriter(link, WriterOptions{BlockSize: bs, Concurrency: 1}), textData(warmupBlocks*bs))
@@ -127,5 +130,25 @@ func TestAutoPicksCodec(t *testing.T) {
 	fast := writeAll(t, NewWriter(&slowLink{rate: 400e6}, WriterOptions{BlockSize: bs, Concurrency: 2}), data)
 	if fast.S2Blocks <= fast.ZstdBlocks {
 		t.Errorf("400 MB/s link: stats %+v, want mostly S2", fast)
+	}
+}
+
+// TestAutoTrialsCostNoWire: on a slow link (4 Mbit/s: slow enough that
+// zstd pays even under the race detector's slowed CPU) the
+// S2 trials of the warmup, of the blocks compressed before the link is
+// measured, and of the probes beside zstd are compressed with zstd too
+// and the smaller is sent, so that Auto's stream is within 25% of what
+// zstd alone sends (a block or two may still go S2 while the measures
+// settle), not a mix of both codecs' sizes (1.6 times, before).
+func TestAutoTrialsCostNoWire(t *testing.T) {
+	data := textData(8 << 20)
+	zs := writeAll(t, NewWriter(&countWriter{}, WriterOptions{BlockSize: 1 << 20, Compress: Zstd}), data)
+	link := &slowLink{rate: 0.5e6}
+	st := writeAll(t, NewWriter(link, WriterOptions{BlockSize: 1 << 20, Concurrency: 2, WireCost: 5 * time.Millisecond}), data)
+	if st.Wire*4 > zs.Wire*5 {
+		t.Fatalf("auto sent %d bytes (%+v), zstd alone %d: want within 25%%", st.Wire, st, zs.Wire)
+	}
+	if st.S2Blocks > 2 {
+		t.Errorf("stats %+v: S2 sent on a slow link where zstd's block was smaller", st)
 	}
 }

@@ -74,7 +74,10 @@
 // keep its measure current, then at gaps that double (to 512 blocks)
 // while the pick holds. The first 4 MiB (4 to 16 blocks) are compressed
 // whatever the link, before the link can be measured, so small streams
-// always are: zstd first, then S2 in turn with it. zstd is tried again,
+// always are: zstd first, then S2 in turn with it. An S2 trial made
+// before the link is measured, or in the warmup or as a probe beside zstd
+// where zstd may pay, is compressed with zstd too and the smaller block
+// is sent: on a slow link a trial costs CPU, not wire bytes. zstd is tried again,
 // in the warmup or as a probe, only while it may pay: while the wire
 // bytes S2 sends would take the link longer than zstd's extra time over
 // S2 (at least S2's own time before zstd is measured). On loopback that

@@ -109,8 +109,21 @@ type slot struct {
 	typ   byte          // out's block type
 	codec byte          // the compression tried: typeZstd, typeS2, or typeRaw for none
 	took  time.Duration // compressing it, in CPU time where it can be had
-	err   error
-	done  chan struct{} // nil when out was built by the caller (raw)
+	// both: the block is an S2 trial on a link where zstd may pay (Auto's
+	// warmup, a probe while zstd is picked): it is compressed with both
+	// codecs, each measured (s2, zs), and the smaller is sent, so that a
+	// trial costs CPU, never wire bytes.
+	both   bool
+	s2, zs trial
+	alt    []byte // the other codec's framed block, kept for its buffer
+	err    error
+	done   chan struct{} // nil when out was built by the caller (raw)
+}
+
+// trial is one codec's measure on a block: CPU time and payload bytes.
+type trial struct {
+	took time.Duration
+	n    int
 }
 
 // NewWriter returns a Writer framing onto w. Invalid options are reported
@@ -350,10 +363,16 @@ func (w *Writer) block(p []byte, own bool) error {
 		w.slots++
 	}
 	try := w.try()
+	// An S2 trial is compressed with zstd too, and the smaller sent,
+	// while the link is not measured yet (the first blocks go before any
+	// has been sent) and, in the warmup or as a probe beside zstd, where
+	// zstd may pay: on a slow link a trial then costs no wire bytes.
+	both := try == typeS2 && w.opts.Compress == Auto &&
+		(w.link.n == 0 || (w.cut < w.warmup() || w.pick == typeZstd) && w.zstdMayPay())
 	w.mu.Unlock()
 
 	w.cut++
-	s.done, s.typ, s.codec, s.err = nil, typeRaw, try, nil
+	s.done, s.typ, s.codec, s.err, s.both = nil, typeRaw, try, nil, both
 	if try != typeRaw {
 		if own {
 			s.plain, w.buf = p, s.plain[:0]
@@ -389,9 +408,13 @@ func (w *Writer) compress(s *slot, mode Mode, maxRatio, blockSize int) {
 	if s.codec == typeS2 {
 		var ok bool
 		if s.took = cpuClock(func() { s.out, s.typ, ok = encodeS2(s.out[:0], s.plain, mode, maxRatio) }); ok {
+			if s.both {
+				w.compressBoth(s, mode, maxRatio, blockSize)
+			}
 			return
 		}
 		// Denser than maxRatio allows: S2 has no padding, zstd has.
+		s.both = false
 	}
 	enc := <-w.encs
 	if enc == nil {
@@ -404,6 +427,28 @@ func (w *Writer) compress(s *slot, mode Mode, maxRatio, blockSize int) {
 	}
 	s.took += cpuClock(func() { s.out, s.typ = encodeBlock(s.out[:0], s.plain, enc, mode, maxRatio) })
 	w.encs <- enc
+}
+
+// compressBoth compresses s, framed with S2 already, with zstd too, and
+// keeps the smaller in s.out; both measures go into s.s2 and s.zs.
+func (w *Writer) compressBoth(s *slot, mode Mode, maxRatio, blockSize int) {
+	s.s2 = trial{s.took, len(s.out) - blockHeaderSize}
+	enc := <-w.encs
+	if enc == nil {
+		var err error
+		if enc, err = newEncoder(blockSize); err != nil {
+			w.encs <- nil
+			s.both = false
+			return
+		}
+	}
+	var typ byte
+	zt := cpuClock(func() { s.alt, typ = encodeBlock(s.alt[:0], s.plain, enc, mode, maxRatio) })
+	w.encs <- enc
+	s.zs = trial{zt, len(s.alt) - blockHeaderSize}
+	if typ == typeZstd && len(s.alt) < len(s.out) {
+		s.out, s.alt, s.typ = s.alt, s.out, typ
+	}
 }
 
 // send is the sender goroutine: it writes the queued blocks in order,
@@ -465,12 +510,20 @@ func (w *Writer) sent(s *slot) {
 	plain := float64(binary.BigEndian.Uint32(s.out[1:]))
 	if s.codec != typeRaw {
 		window := float64(zstdWindow * w.opts.BlockSize)
-		c := codecIndex(s.codec)
-		w.codecT[c].add(s.took.Seconds(), plain, window)
-		// The ratio follows the data at once (the last block tried):
-		// when text follows media, a codec probed once in a while must
-		// not be judged by the media for many probes more.
-		w.codecW[c] = rate{float64(len(s.out) - blockHeaderSize), plain}
+		measure := func(codec byte, t trial) {
+			c := codecIndex(codec)
+			w.codecT[c].add(t.took.Seconds(), plain, window)
+			// The ratio follows the data at once (the last block tried):
+			// when text follows media, a codec probed once in a while
+			// must not be judged by the media for many probes more.
+			w.codecW[c] = rate{float64(t.n), plain}
+		}
+		if s.both {
+			measure(typeS2, s.s2)
+			measure(typeZstd, s.zs)
+		} else {
+			measure(s.codec, trial{s.took, len(s.out) - blockHeaderSize})
+		}
 		if s.typ != typeRaw {
 			w.miss = 0
 		} else {
