@@ -152,3 +152,35 @@ func TestAutoTrialsCostNoWire(t *testing.T) {
 		t.Errorf("stats %+v: S2 sent on a slow link where zstd's block was smaller", st)
 	}
 }
+
+// bufferedLink takes its first free bytes at once, as a relay's
+// flow-control windows do, then drains at rate.
+type bufferedLink struct {
+	slowLink
+	free int64
+}
+
+func (l *bufferedLink) Write(p []byte) (int, error) {
+	if l.free > 0 {
+		l.free -= int64(len(p))
+		return l.buf.Write(p)
+	}
+	return l.slowLink.Write(p)
+}
+
+// TestAutoBuffered: behind a channel whose buffers take the first 4 MiB
+// at once, a Writer told so (Buffered) does not take those instant
+// Writes for a fast link: on a slow one it sends about what zstd alone
+// sends; one not told mixes in S2 blocks.
+func TestAutoBuffered(t *testing.T) {
+	data := textData(16 << 20)
+	zs := writeAll(t, NewWriter(&countWriter{}, WriterOptions{BlockSize: 1 << 20, Compress: Zstd}), data)
+	told := writeAll(t, NewWriter(&bufferedLink{slowLink{rate: 0.5e6}, 4 << 20}, WriterOptions{BlockSize: 1 << 20, Concurrency: 2, Buffered: 4 << 20}), data)
+	if told.Wire*4 > zs.Wire*5 || told.S2Blocks > 2 {
+		t.Fatalf("told of the buffers: %+v, zstd alone %d bytes: want within 25%%", told, zs.Wire)
+	}
+	untold := writeAll(t, NewWriter(&bufferedLink{slowLink{rate: 0.5e6}, 4 << 20}, WriterOptions{BlockSize: 1 << 20, Concurrency: 2}), data)
+	if untold.S2Blocks == 0 {
+		t.Fatalf("not told of the buffers: %+v; want the instant Writes taken for a fast link (S2 blocks)", untold)
+	}
+}

@@ -77,7 +77,10 @@
 // always are: zstd first, then S2 in turn with it. An S2 trial made
 // before the link is measured, or in the warmup or as a probe beside zstd
 // where zstd may pay, is compressed with zstd too and the smaller block
-// is sent: on a slow link a trial costs CPU, not wire bytes. zstd is tried again,
+// is sent: on a slow link a trial costs CPU, not wire bytes. A channel
+// that buffers (a relay's flow-control windows, WriterOptions.Buffered)
+// returns its first Writes at once whatever the link: until that much has
+// gone, Auto uses zstd, as on a link it has not measured. zstd is tried again,
 // in the warmup or as a probe, only while it may pay: while the wire
 // bytes S2 sends would take the link longer than zstd's extra time over
 // S2 (at least S2's own time before zstd is measured). On loopback that

@@ -52,6 +52,13 @@ type WriterOptions struct {
 	// keeping-up link as costless and send compressible data raw. Zero
 	// counts only what the Writer measures.
 	WireCost time.Duration
+	// Buffered is how many wire bytes the channel takes before its Write
+	// can block (a relay's flow-control windows). Until that many have
+	// gone, a Write that returns at once says nothing of the link's pace,
+	// so Auto compresses as on a link it has not measured: zstd, any S2
+	// trial compressed with zstd too and the smaller sent. Zero trusts
+	// the first Write.
+	Buffered int64
 }
 
 // Writer frames a byte stream into blocks, compressing each block per
@@ -368,7 +375,7 @@ func (w *Writer) block(p []byte, own bool) error {
 	// has been sent) and, in the warmup or as a probe beside zstd, where
 	// zstd may pay: on a slow link a trial then costs no wire bytes.
 	both := try == typeS2 && w.opts.Compress == Auto &&
-		(w.link.n == 0 || (w.cut < w.warmup() || w.pick == typeZstd) && w.zstdMayPay())
+		(!w.linkKnown() || (w.cut < w.warmup() || w.pick == typeZstd) && w.zstdMayPay())
 	w.mu.Unlock()
 
 	w.cut++
@@ -617,6 +624,10 @@ func (w *Writer) try() byte {
 		if w.cut == 0 || w.cut%2 == 0 && w.zstdMayPay() {
 			c = typeZstd
 		}
+	} else if !w.linkKnown() {
+		// The channel's buffers still hide the link: the codec that
+		// saves the most, until the link shows its pace.
+		c = typeZstd
 	} else {
 		w.adapt()
 		c = w.pick
@@ -714,6 +725,12 @@ func (w *Writer) zstdMayPay() bool {
 		extra = w.codecT[z].per() - w.codecT[s].per()
 	}
 	return w.codecW[s].per()*link > extra
+}
+
+// linkKnown reports, with w.mu held, whether the link has been measured
+// past the channel's buffers (WriterOptions.Buffered).
+func (w *Writer) linkKnown() bool {
+	return w.link.n > 0 && w.stats.Wire >= w.opts.Buffered
 }
 
 // linkCost is what Auto counts a wire byte to cost, in seconds: the link's

@@ -77,6 +77,13 @@ var Buffers mem.BufferPool = &grpcbuf.Pool{}
 // link.
 const wireCost = 5 * time.Millisecond
 
+// relayBuffered is about what the exec channel takes in before a Write
+// blocks: the 4 MiB flow-control windows of the gateway's gRPC (ferry's
+// client and its embedded gateway both ask for them), and the pipes
+// between the gateway and the agent. Until a stream has sent that much,
+// the time its Writes take says nothing of the link (frame's Buffered).
+const relayBuffered = 5 << 20
+
 // StopWait bounds how long Serve waits, once its connection has ended,
 // for the calls in flight to return.
 const StopWait = 5 * time.Second

@@ -66,7 +66,7 @@ type TreeWriter struct {
 // NewTreeWriter starts a tree stream; maxRatio 0 is the frame default.
 func NewTreeWriter(send func([]byte) error, mode frame.Mode, maxRatio int) *TreeWriter {
 	cw := &ChunkWriter{send: send}
-	fw := frame.NewWriter(cw, frame.WriterOptions{Compress: mode, BlockSize: frameBlock, MaxRatio: maxRatio, NoDigest: true, WireCost: wireCost})
+	fw := frame.NewWriter(cw, frame.WriterOptions{Compress: mode, BlockSize: frameBlock, MaxRatio: maxRatio, NoDigest: true, WireCost: wireCost, Buffered: relayBuffered})
 	tw := archive.NewWriter(fw)
 	tw.HashFiles()
 	return &TreeWriter{Chunks: cw, Frames: fw, Tar: tw}
