@@ -91,20 +91,13 @@ func (c *Client) Provider(ctx context.Context, name string) (Provider, error) {
 
 // Providers returns the providers of the client's workspace.
 func (c *Client) Providers(ctx context.Context) ([]Provider, error) {
-	var all []Provider
-	const page = 100
-	for off := uint32(0); ; off += page {
-		resp, err := c.api.ListProviders(ctx, &openshellv1.ListProvidersRequest{Limit: page, Offset: off, Workspace: c.cfg.Workspace})
+	return listAll(ctx, "providers", func(ctx context.Context, off uint32) ([]*datamodelv1.Provider, error) {
+		resp, err := c.api.ListProviders(ctx, &openshellv1.ListProvidersRequest{Limit: listPage, Offset: off, Workspace: c.cfg.Workspace})
 		if err != nil {
 			return nil, c.providerError("list providers", err)
 		}
-		for _, p := range resp.GetProviders() {
-			all = append(all, describeProvider(p))
-		}
-		if len(resp.GetProviders()) < page || off > 1<<20 {
-			return all, nil
-		}
-	}
+		return resp.GetProviders(), nil
+	}, describeProvider)
 }
 
 // DeleteProvider deletes the provider called name. One that does not

@@ -225,20 +225,13 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 // all). A selector the gateway cannot parse is an error wrapping
 // ErrInvalidRequest.
 func (c *Client) ListSelected(ctx context.Context, selector string) ([]Info, error) {
-	var all []Info
-	const page = 100
-	for off := uint32(0); ; off += page {
-		resp, err := c.api.ListSandboxes(ctx, &openshellv1.ListSandboxesRequest{Limit: page, Offset: off, Workspace: c.cfg.Workspace, LabelSelector: selector})
+	return listAll(ctx, "sandboxes", func(ctx context.Context, off uint32) ([]*openshellv1.Sandbox, error) {
+		resp, err := c.api.ListSandboxes(ctx, &openshellv1.ListSandboxesRequest{Limit: listPage, Offset: off, Workspace: c.cfg.Workspace, LabelSelector: selector})
 		if err != nil {
 			return nil, c.lifecycleError("list sandboxes", err)
 		}
-		for _, sb := range resp.GetSandboxes() {
-			all = append(all, describe(sb))
-		}
-		if len(resp.GetSandboxes()) < page || off > 1<<20 {
-			return all, nil
-		}
-	}
+		return resp.GetSandboxes(), nil
+	}, describe)
 }
 
 // ErrInvalidRequest means the gateway refused a lifecycle request's
