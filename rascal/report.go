@@ -85,20 +85,9 @@ func (r *Runner) report(ctx context.Context, h ExecutionHandle) {
 		r.log.Warn("run result not reported", "run_id", plan.RunID, "err", err)
 		return
 	}
-	for i := 1; ; i++ {
+	err = reportResult(ctx, plan.Socket, res)
+	for i := 1; i < reportAttempts && err != nil && !errors.Is(err, errRejected) && sleep(ctx, reportDelay); i++ {
 		err = reportResult(ctx, plan.Socket, res)
-		if err == nil || errors.Is(err, errRejected) || i == reportAttempts {
-			break
-		}
-		t := time.NewTimer(reportDelay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			err = ctx.Err()
-		case <-t.C:
-			continue
-		}
-		break
 	}
 	if err != nil {
 		r.log.Warn("failed to report run result", "run_id", plan.RunID, "socket", plan.Socket, "err", err)
@@ -171,4 +160,17 @@ func reportResult(ctx context.Context, socket string, res RunResult) error {
 		return errRejected
 	}
 	return nil
+}
+
+// sleep waits d, or less if ctx ends first; it reports whether it waited
+// all of d.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

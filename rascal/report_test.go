@@ -1,6 +1,10 @@
 package rascal
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,6 +43,56 @@ func TestReadResult(t *testing.T) {
 			}
 			if err != nil || got != tc.want {
 				t.Fatalf("got %+v %v, want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestReportResult is Rascal's request and answer over a Unix socket: the
+// result as sent, an answer that refuses it as errRejected with its
+// reason, and an answer that is not Rascal's as an error.
+func TestReportResult(t *testing.T) {
+	for _, tc := range []struct {
+		name, answer string
+		err          error
+		reason       string
+	}{
+		{"ok", `{"ok":true}`, nil, ""},
+		{"rejected", `{"ok":false,"error":"run execution not found"}`, errRejected, "run execution not found"},
+		{"garbage", `not json`, nil, "decode run result response"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, err := os.MkdirTemp("", "rr")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			sock := filepath.Join(dir, "s")
+			ln, err := net.Listen("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan RunResult, 1)
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				var r RunResult
+				json.NewDecoder(c).Decode(&r)
+				got <- r
+				c.Write([]byte(tc.answer + "\n"))
+			}()
+			t.Cleanup(func() { ln.Close() })
+			want := RunResult{RunID: "run_0123456789abcdef", ExitCode: 3, Error: "boom"}
+			err = reportResult(context.Background(), sock, want)
+			switch {
+			case tc.err != nil && !errors.Is(err, tc.err), tc.reason != "" && (err == nil || !strings.Contains(err.Error(), tc.reason)), tc.reason == "" && err != nil:
+				t.Fatalf("err %v; want %v %q", err, tc.err, tc.reason)
+			}
+			if r := <-got; r != want {
+				t.Fatalf("the socket got %+v, want %+v", r, want)
 			}
 		})
 	}
