@@ -1,12 +1,12 @@
 package ferry
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/google/renameio/v2"
 
@@ -38,12 +38,12 @@ func (l *Launcher) takeDiffBefore(ctx context.Context, r transfer.Remote, runDir
 		if err != nil {
 			return fmt.Errorf("diff: %w", err)
 		}
-		var b strings.Builder
+		var b bytes.Buffer
 		if err := m.WriteJSON(&b); err != nil {
 			return fmt.Errorf("diff: %w", err)
 		}
 		p := filepath.Join(bd, strconv.Itoa(i)+".json")
-		if err := renameio.WriteFile(p, []byte(b.String()), 0o600, renameio.WithStaticPermissions(0o600)); err != nil {
+		if err := renameio.WriteFile(p, b.Bytes(), 0o600, renameio.WithStaticPermissions(0o600)); err != nil {
 			return fmt.Errorf("diff: %w", err)
 		}
 	}
