@@ -159,6 +159,7 @@ type eventFollow struct {
 	// gateway's (a lagged stream dropped records); err is how the
 	// follow ended before it was stopped.
 	dropped  int
+	bytes    int // of the kept lines' messages
 	warnings []string
 	err      error
 }
@@ -180,10 +181,11 @@ func followEvents(ctx context.Context, src LogSource, sandbox string, since time
 			}
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			if len(f.lines) >= ocsf.MaxEvents {
+			if len(f.lines) >= ocsf.MaxEvents || f.bytes+len(l.Message) > maxFollowBytes {
 				f.dropped++
 				return
 			}
+			f.bytes += len(l.Message)
 			f.lines = append(f.lines, l)
 		}, func(w string) {
 			f.mu.Lock()
@@ -198,6 +200,10 @@ func followEvents(ctx context.Context, src LogSource, sandbox string, since time
 	}()
 	return f
 }
+
+// maxFollowBytes bounds the event lines a follow keeps, however many
+// and however long the lines the sandbox makes the gateway stream.
+const maxFollowBytes = 64 << 20
 
 // maxSkipsShown bounds the follow's warnings kept for the result.
 const maxSkipsShown = 8
@@ -217,7 +223,7 @@ func (f *eventFollow) stop() (lines []openshell.LogLine, notes []string) {
 		notes = append(notes, "live follow ended early: "+f.err.Error())
 	}
 	if f.dropped > 0 {
-		notes = append(notes, fmt.Sprintf("live follow kept the first %d events, %d more dropped", ocsf.MaxEvents, f.dropped))
+		notes = append(notes, fmt.Sprintf("live follow kept the first %d events (%d bytes), %d more dropped", len(f.lines), f.bytes, f.dropped))
 	}
 	return f.lines, notes
 }
