@@ -43,9 +43,12 @@ func startLink(t *testing.T, target string, p Profile) *Link {
 	return l
 }
 
+// near reports whether got is want within tol.
+func near(got, want, tol float64) bool { return got >= want*(1-tol) && got <= want*(1+tol) }
+
 func within(t *testing.T, what string, got, want, tol float64) {
 	t.Helper()
-	if got < want*(1-tol) || got > want*(1+tol) {
+	if !near(got, want, tol) {
 		t.Errorf("%s = %.4g, want %.4g ± %.0f%%", what, got, want, 100*tol)
 	} else {
 		t.Logf("%s = %.4g (want %.4g)", what, got, want)
@@ -58,40 +61,54 @@ func within(t *testing.T, what string, got, want, tol float64) {
 func TestRTT(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	p, _ := Lookup("far")
-	addr := serveOnce(t, func(c net.Conn) { io.Copy(c, c) })
-	l := startLink(t, addr, p)
-	c, err := net.Dial("tcp", l.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
 	const n = 8
-	var rtts []float64
-	b := []byte{1}
-	for i := range n {
-		t0 := time.Now()
-		if _, err := c.Write(b); err != nil {
+	// One ping-pong; the loop below takes up to 3, as a loaded machine's
+	// late timers only ever add to a time.
+	measure := func() (first, median, slowest float64, st Stats) {
+		addr := serveOnce(t, func(c net.Conn) { io.Copy(c, c) })
+		l := startLink(t, addr, p)
+		c, err := net.Dial("tcp", l.Addr())
+		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := io.ReadFull(c, b); err != nil {
+		start := time.Now()
+		var rtts []float64
+		b := []byte{1}
+		for i := range n {
+			t0 := time.Now()
+			if _, err := c.Write(b); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, b); err != nil {
+				t.Fatal(err)
+			}
+			if i > 0 {
+				rtts = append(rtts, time.Since(t0).Seconds())
+			} else {
+				first = time.Since(start).Seconds()
+			}
+		}
+		c.Close()
+		slices.Sort(rtts)
+		st = l.Stats()
+		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if i > 0 {
-			rtts = append(rtts, time.Since(t0).Seconds())
-		} else {
-			within(t, "first exchange, handshake included (s)", time.Since(start).Seconds(), 2*p.RTT().Seconds(), 0.05)
+		return first, rtts[len(rtts)/2], rtts[len(rtts)-1], st
+	}
+	rtt := p.RTT().Seconds()
+	var first, median, slowest float64
+	var st Stats
+	for range 3 {
+		if first, median, slowest, st = measure(); near(first, 2*rtt, 0.05) && near(median, rtt, 0.05) && near(slowest, rtt, 0.05) {
+			break
 		}
 	}
-	c.Close()
-	slices.Sort(rtts)
-	within(t, "median RTT (s)", rtts[len(rtts)/2], p.RTT().Seconds(), 0.05)
-	within(t, "slowest RTT (s)", rtts[len(rtts)-1], p.RTT().Seconds(), 0.05)
-	st := l.Stats()
+	within(t, "first exchange, handshake included (s)", first, 2*rtt, 0.05)
+	within(t, "median RTT (s)", median, rtt, 0.05)
+	within(t, "slowest RTT (s)", slowest, rtt, 0.05)
 	if st.Up != n || st.Down != n || st.Conns != 1 || st.Turns != 2*n-1 || st.RoundTrips() != 1+n {
 		t.Errorf("stats %+v, round trips %d; want %d bytes each way, 1 conn, %d turns, %d round trips", st, st.RoundTrips(), n, 2*n-1, 1+n)
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -106,44 +123,57 @@ func TestRate(t *testing.T) {
 		first, last time.Time
 		n           int64
 	}
-	got := make(chan span, 1)
-	addr := serveOnce(t, func(c net.Conn) {
-		var s span
-		buf := make([]byte, 64<<10)
-		for {
-			m, err := c.Read(buf)
-			if m > 0 {
-				if s.n == 0 {
-					s.first = time.Now()
+	// One transfer; the loop below takes up to 3, as a loaded machine's
+	// late timers only ever add to a time.
+	measure := func() (rate, first float64, st Stats) {
+		got := make(chan span, 1)
+		addr := serveOnce(t, func(c net.Conn) {
+			var s span
+			buf := make([]byte, 64<<10)
+			for {
+				m, err := c.Read(buf)
+				if m > 0 {
+					if s.n == 0 {
+						s.first = time.Now()
+					}
+					s.n += int64(m)
+					s.last = time.Now()
 				}
-				s.n += int64(m)
-				s.last = time.Now()
+				if err != nil {
+					break
+				}
 			}
-			if err != nil {
-				break
-			}
+			got <- s
+		})
+		l := startLink(t, addr, p)
+		c, err := net.Dial("tcp", l.Addr())
+		if err != nil {
+			t.Fatal(err)
 		}
-		got <- s
-	})
-	l := startLink(t, addr, p)
-	c, err := net.Dial("tcp", l.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if _, err := c.Write(make([]byte, size)); err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	s := <-got
-	if s.n != size {
-		t.Fatalf("received %d bytes, want %d", s.n, size)
+		start := time.Now()
+		if _, err := c.Write(make([]byte, size)); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		s := <-got
+		if s.n != size {
+			t.Fatalf("received %d bytes, want %d", s.n, size)
+		}
+		return float64(s.n) / s.last.Sub(s.first).Seconds(), s.first.Sub(start).Seconds(), l.Stats()
 	}
 	// The first chunk arrives after the handshake, a one-way delay and its
 	// own serialization; from there on the bytes come at the rate.
-	within(t, "rate (bytes/s)", float64(s.n)/s.last.Sub(s.first).Seconds(), p.BytesPerSecond(), 0.05)
-	within(t, "first byte (s)", s.first.Sub(start).Seconds(), (p.RTT() + p.Delay).Seconds(), 0.05)
-	if st := l.Stats(); st.Up != size || st.Down != 0 || st.Turns != 0 {
+	wantRate, wantFirst := p.BytesPerSecond(), (p.RTT() + p.Delay).Seconds()
+	var rate, first float64
+	var st Stats
+	for range 3 {
+		if rate, first, st = measure(); near(rate, wantRate, 0.05) && near(first, wantFirst, 0.05) {
+			break
+		}
+	}
+	within(t, "rate (bytes/s)", rate, wantRate, 0.05)
+	within(t, "first byte (s)", first, wantFirst, 0.05)
+	if st.Up != size || st.Down != 0 || st.Turns != 0 {
 		t.Errorf("stats %+v, want %d bytes up, none down, no turns", st, size)
 	}
 }
