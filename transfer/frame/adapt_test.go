@@ -88,8 +88,10 @@ func TestAutoFastLink(t *testing.T) {
 	// blocks compressed before the first was sent (S2 trials made with
 	// zstd too, the link not measured yet), it is neither warmed up nor
 	// probed.
-	if st.ZstdBlocks < 1 || st.ZstdBlocks > 1+2+queueExtra {
-		t.Errorf("auto: stats %+v, want zstd only before the link is measured (at most %d blocks)", st, 1+2+queueExtra)
+	// (On a loaded machine a preempted sender makes the link look slow
+	// for a while, so the bound is the warmup's, not the pipeline's.)
+	if st.ZstdBlocks < 1 || st.ZstdBlocks > warmupBlocks {
+		t.Errorf("auto: stats %+v, want zstd only in the warmup (at most %d blocks)", st, warmupBlocks)
 	}
 	st = writeAll(t, NewWriter(io.Discard, WriterOptions{Compress: Zstd, BlockSize: bs, Concurrency: 2}), data)
 	if st.ZstdBlocks != blocks {
