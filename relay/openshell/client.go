@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ferry-dev/ferry/internal/rpctrace"
 	"io"
 	"math"
 	"net"
@@ -111,6 +112,7 @@ func Dial(cfg Config) (*Client, error) {
 	if cfg.Dialer != nil {
 		opts = append(opts, grpc.WithContextDialer(cfg.Dialer))
 	}
+	opts = append(opts, rpctrace.Options("gw")...)
 	conn, err := grpc.NewClient("passthrough:///"+cfg.Target(), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial gateway %s: %w", cfg.Endpoint, err)

@@ -3,6 +3,7 @@ package wire
 import (
 	"context"
 	"fmt"
+	"github.com/ferry-dev/ferry/internal/rpctrace"
 	"io"
 	"net"
 	"sync"
@@ -44,6 +45,7 @@ func Connect(r io.Reader, w io.Writer, maxSkip int, closeFn func() error) (Hello
 			return conn, nil
 		}),
 	)
+	opts = append(opts, rpctrace.Options("agent")...)
 	cc, err := grpc.NewClient("passthrough:///ferry-agent", opts...)
 	if err != nil {
 		conn.Close()
