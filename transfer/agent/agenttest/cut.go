@@ -81,8 +81,8 @@ type pipes struct {
 
 // servePipes serves cfg on a pair of pipes until the returned close.
 func servePipes(cfg server.Config) *pipes {
-	toAgent, fromHost := io.Pipe()
-	fromAgent, toHost := io.Pipe()
+	toAgent, fromHost := newPipe()
+	fromAgent, toHost := newPipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() {

@@ -57,13 +57,16 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg Config) error {
 	if err := wire.WriteHello(w, wire.Hello{Version: wire.ProtocolVersion, Digest: cfg.Digest}); err != nil {
 		return err
 	}
-	// The host's stdin carries nothing before its hello.
-	if _, err := wire.ReadHello(r, 0); err != nil {
-		return fmt.Errorf("read host hello: %w", err)
-	}
+	// gRPC starts now, before the host's hello has come: its server
+	// writes its HTTP/2 SETTINGS at once, so they reach the host right
+	// behind this hello, and the host's first call leaves with its own
+	// hello instead of a round trip later (a gRPC client sends no call
+	// before the server's SETTINGS). The host's hello is still read and
+	// checked before any byte of its HTTP/2 stream.
+	hr := &helloReader{r: r}
 	ended := make(chan struct{})
 	var once sync.Once
-	conn := wire.NewStreamConn(r, w, func() error {
+	conn := wire.NewStreamConn(hr, w, func() error {
 		once.Do(func() { close(ended) })
 		return nil
 	})
@@ -107,7 +110,42 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg Config) error {
 	if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("serve: %w", err)
 	}
+	if err := hr.failed(); err != nil {
+		return fmt.Errorf("read host hello: %w", err)
+	}
 	return ctx.Err()
+}
+
+// helloReader reads and checks the host's hello on its first Read, then
+// reads through: the host's stdin carries nothing before its hello.
+type helloReader struct {
+	r    io.Reader
+	mu   sync.Mutex
+	done bool
+	err  error
+}
+
+func (h *helloReader) Read(p []byte) (int, error) {
+	h.mu.Lock()
+	if !h.done {
+		h.done = true
+		if _, err := wire.ReadHello(h.r, 0); err != nil {
+			h.err = err
+		}
+	}
+	err := h.err
+	h.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return h.r.Read(p)
+}
+
+// failed is why the host's hello was refused, if it was.
+func (h *helloReader) failed() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
 }
 
 // paths is the server's resolution of request paths, for the supervisor.
