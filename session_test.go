@@ -300,3 +300,53 @@ func TestSessionSaveWireBytes(t *testing.T) {
 	}
 	transfertest.EqualTrees(t, src, filepath.Join(g.Root, "box", "restored"))
 }
+
+// TestSessionSaveSource: a save of a directory that is missing or is not
+// one fails with transfer.ErrNoSource or ErrNotDir, naming it, in both
+// modes (the agent's save learns it from its scan, and stats only then),
+// and a symlink to a directory saves the directory.
+func TestSessionSaveSource(t *testing.T) { forModes(t, testSessionSaveSource) }
+
+func testSessionSaveSource(t *testing.T, mode variant) {
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c := g.Client(t, openshell.Config{})
+	g.Sandbox(t, c, "box")
+	sb := sandboxVia(t, c, mode)
+	root := filepath.Join(g.Root, "box")
+	if err := os.MkdirAll(filepath.Join(root, "real"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "real", "a"), []byte("A"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "file"), []byte("F"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real", filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := newStore(t, nil)
+	for _, tc := range []struct {
+		dir  string
+		want error
+	}{
+		{"absent", transfer.ErrNoSource},
+		{"real/absent/deeper", transfer.ErrNoSource},
+		{"file", transfer.ErrNotDir},
+		// As a download finds it: no such source.
+		{"file/below", transfer.ErrNoSource},
+		{"link", nil},
+	} {
+		res, err := ferry.SaveSession(ctx(t), sb, st, session.SaveSpec{Dir: tc.dir, Key: "k"})
+		switch {
+		case tc.want == nil && err != nil:
+			t.Errorf("save %s: %v", tc.dir, err)
+		case tc.want == nil && res.Files != 1:
+			t.Errorf("save %s: %d files, want 1", tc.dir, res.Files)
+		case tc.want != nil && !errors.Is(err, tc.want):
+			t.Errorf("save %s: %v, want %v", tc.dir, err, tc.want)
+		case tc.want != nil && !strings.Contains(err.Error(), tc.dir):
+			t.Errorf("save %s: %v does not name the directory", tc.dir, err)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ferry-dev/ferry/transfer"
@@ -75,20 +77,23 @@ func (st *Store) SaveFrom(ctx context.Context, r transfer.Remote, spec SaveSpec)
 	if err := ValidKey(key); err != nil {
 		return SaveResult{}, err
 	}
-	kind, err := r.Stat(ctx, remoteDir, true)
-	if err != nil {
-		return SaveResult{}, fmt.Errorf("save session: stat %s:%s: %w", name, remoteDir, err)
-	}
-	switch kind {
-	case archive.Dir:
-	case archive.Missing:
-		return SaveResult{}, fmt.Errorf("save session %s:%s: %w", name, remoteDir, transfer.ErrNoSource)
-	default:
-		return SaveResult{}, fmt.Errorf("save session %s:%s: %w", name, remoteDir, transfer.ErrNotDir)
+	// The agent's scan refuses a directory that is missing or is not
+	// one by itself, so in agent mode the stat that explains it is made
+	// only when a save fails: a round trip less on every save.
+	viaAgent := r.Agent() != nil
+	if !viaAgent {
+		if err := saveableDir(ctx, r, remoteDir); err != nil {
+			return SaveResult{}, err
+		}
 	}
 	src, wire := sourceFrom(r, remoteDir)
 	m, err := st.Save(ctx, key, src)
 	if err != nil {
+		if viaAgent && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) {
+			if serr := saveableDir(ctx, r, remoteDir); serr != nil {
+				return SaveResult{}, serr
+			}
+		}
 		return SaveResult{}, fmt.Errorf("save session %s:%s: %w", name, remoteDir, err)
 	}
 	return SaveResult{
@@ -96,6 +101,24 @@ func (st *Store) SaveFrom(ctx context.Context, r transfer.Remote, spec SaveSpec)
 		NewBytes: m.NewBytes, NewChunks: m.NewChunks, WireBytes: wire(),
 		Seconds: time.Since(start).Seconds(), Mode: r.Mode().String(),
 	}, nil
+}
+
+// saveableDir is nil when remoteDir, symlinks followed, is a directory,
+// and otherwise the save's error: transfer.ErrNoSource or ErrNotDir.
+func saveableDir(ctx context.Context, r transfer.Remote, remoteDir string) error {
+	name := r.Target().Name
+	kind, err := r.Stat(ctx, remoteDir, true)
+	if err != nil {
+		return fmt.Errorf("save session: stat %s:%s: %w", name, remoteDir, err)
+	}
+	switch kind {
+	case archive.Dir:
+		return nil
+	case archive.Missing:
+		return fmt.Errorf("save session %s:%s: %w", name, remoteDir, transfer.ErrNoSource)
+	default:
+		return fmt.Errorf("save session %s:%s: %w", name, remoteDir, transfer.ErrNotDir)
+	}
 }
 
 // sourceFrom is the Source a save reads the directory dir of

@@ -49,7 +49,7 @@ func (s *server) readChunks(ctx context.Context, req *agentv1.ReadChunksRequest,
 		return fmt.Errorf("read chunks %s: %w: %d reads, at most %d", rd, archive.ErrLimit, len(req.GetReads()), wire.MaxReads)
 	}
 	dir := s.abs(rd)
-	root, err := os.OpenRoot(dir)
+	root, err := openRoot(dir)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -101,7 +102,7 @@ func (s *server) scan(ctx context.Context, req *agentv1.ScanRequest, known *know
 		return status.Errorf(codes.InvalidArgument, "scan %s: %v", rd, err)
 	}
 	dir := s.abs(rd)
-	root, err := os.OpenRoot(dir)
+	root, err := openRoot(dir)
 	if err != nil {
 		return err
 	}
@@ -276,4 +277,18 @@ func chunkParams(cp *agentv1.ChunkParams) (cdc.Params, error) {
 		return p, fmt.Errorf("chunk params: max %d over %d", p.Max, wire.MaxChunk)
 	}
 	return p, nil
+}
+
+// openRoot is os.OpenRoot, whose error for a path that is not a
+// directory is a bare "not a directory" text: here it is syscall.ENOTDIR,
+// which the host tells apart (a save of a file is transfer.ErrNotDir).
+func openRoot(dir string) (*os.Root, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		if fi, serr := os.Stat(dir); serr == nil && !fi.IsDir() {
+			return nil, &fs.PathError{Op: "open", Path: dir, Err: syscall.ENOTDIR}
+		}
+		return nil, err
+	}
+	return root, nil
 }
