@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/ferry-dev/ferry/relay"
@@ -399,12 +400,44 @@ func finishThrough(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunS
 	return pres, pullErr, sessionErr
 }
 
-// prepare uploads a run's inputs and secrets through r.
+// prepare uploads a run's inputs and secrets through r: in agent mode as
+// one batch (transfer.UploadSteps), whose stats are one call and whose
+// Puts share streams or run at once.
 func prepare(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunSpec) error {
+	var steps []transfer.Step
+	var names []string // of each step's input or secret, for errors
 	for _, in := range spec.Inputs {
-		if _, err := transfer.Upload(ctx, r, []string{in.Local}, in.Remote); err != nil {
+		st, err := transfer.UploadStep(sb.Name, []string{in.Local}, in.Remote)
+		if err != nil {
 			return fmt.Errorf("input %s: %w", in.Local, err)
 		}
+		steps, names = append(steps, st), append(names, "input "+in.Local)
+	}
+	agentMode := r.Agent() != nil
+	if agentMode {
+		for _, s := range spec.Secrets {
+			st, cleanup, err := secretStep(sb, s)
+			if err != nil {
+				// The error names paths only, never content.
+				return fmt.Errorf("secret %s: %w", s.Local, err)
+			}
+			defer cleanup()
+			steps, names = append(steps, st), append(names, "secret "+s.Local)
+		}
+	}
+	if _, err := transfer.UploadSteps(ctx, r, steps); err != nil {
+		var se *transfer.StepError
+		if !errors.As(err, &se) {
+			return err
+		}
+		var at []string
+		for _, i := range se.Steps {
+			at = append(at, names[i])
+		}
+		return fmt.Errorf("%s: %w", strings.Join(at, ", "), se.Err)
+	}
+	if agentMode {
+		return nil
 	}
 	for _, s := range spec.Secrets {
 		if err := uploadSecret(ctx, sb, r, s); err != nil {
@@ -430,21 +463,14 @@ func appendFile(dst string, src *os.File) error {
 	return f.Close()
 }
 
-// uploadSecret uploads one secret file and then tightens its modes. The
-// content travels only in the tar stream on stdin; the follow-up chmod
-// names paths, nothing else.
+// uploadSecret uploads one secret file in POSIX mode and then tightens
+// its modes. The content travels only in the tar stream on stdin; the
+// follow-up chmod names paths, nothing else.
 func uploadSecret(ctx context.Context, sb Sandbox, r transfer.Remote, m Mapping) error {
-	fi, err := os.Stat(m.Local)
-	if err != nil {
-		return fmt.Errorf("stat: %w", transfer.ErrNoSource)
-	}
-	if !fi.Mode().IsRegular() {
-		return errors.New("a secret must be a regular file")
+	if err := checkSecret(m); err != nil {
+		return err
 	}
 	dir := path.Dir(m.Remote)
-	if r.Agent() != nil {
-		return uploadSecretAgent(ctx, sb, r, m, dir)
-	}
 	if err := shell(ctx, sb, `mkdir -p -- "$1" && chmod 700 -- "$1"`, dir); err != nil {
 		return fmt.Errorf("prepare %s:%s: %w", sb.Name, dir, err)
 	}
@@ -457,41 +483,62 @@ func uploadSecret(ctx context.Context, sb Sandbox, r transfer.Remote, m Mapping)
 	return nil
 }
 
-// uploadSecretAgent gives the secret its modes before it leaves the host:
-// a private copy, 0600 in a 0700 directory, is what the agent extracts, so
-// no second call is needed and the file is never readable by others, not
-// even for a moment.
-func uploadSecretAgent(ctx context.Context, sb Sandbox, r transfer.Remote, m Mapping, dir string) error {
-	tmp, err := os.MkdirTemp("", "ferry-secret-")
+func checkSecret(m Mapping) error {
+	fi, err := os.Stat(m.Local)
 	if err != nil {
-		return fmt.Errorf("stage: %w", err)
+		return fmt.Errorf("stat: %w", transfer.ErrNoSource)
 	}
-	defer os.RemoveAll(tmp)
-	stage := filepath.Join(tmp, "d")
-	if err := os.Mkdir(stage, 0o700); err != nil {
-		return fmt.Errorf("stage: %w", err)
-	}
-	name := path.Base(m.Remote)
-	if err := copyPrivate(m.Local, filepath.Join(stage, name)); err != nil {
-		return err
-	}
-	kind, err := r.Stat(ctx, dir, true)
-	if err != nil {
-		return fmt.Errorf("stat %s:%s: %w", sb.Name, dir, err)
-	}
-	switch kind {
-	case archive.Missing:
-		// The directory goes too, so it lands 0700.
-		_, err = r.Upload(ctx, transfer.UploadSpec{Dest: dir, Place: archive.PlaceAs, Entries: 2}, transfer.Items(ctx, transfer.Item{Src: stage, Name: path.Base(dir)}))
-	case archive.Dir:
-		_, err = r.Upload(ctx, transfer.UploadSpec{Dest: dir, Place: archive.PlaceInto, Entries: 1}, transfer.Items(ctx, transfer.Item{Src: filepath.Join(stage, name), Name: name}))
-	default:
-		return fmt.Errorf("%s:%s: %w", sb.Name, dir, transfer.ErrNotDir)
-	}
-	if err != nil {
-		return fmt.Errorf("upload to %s:%s: %w", sb.Name, m.Remote, err)
+	if !fi.Mode().IsRegular() {
+		return errors.New("a secret must be a regular file")
 	}
 	return nil
+}
+
+// secretStep is the agent-mode upload of a secret, which gets its modes
+// before it leaves the host: a private copy, 0600 in a 0700 directory,
+// is what the agent extracts, so no second call is needed and the file
+// is never readable by others, not even for a moment. cleanup removes
+// the copy once the step has run.
+func secretStep(sb Sandbox, m Mapping) (_ transfer.Step, cleanup func(), err error) {
+	if err := checkSecret(m); err != nil {
+		return transfer.Step{}, nil, err
+	}
+	tmp, err := os.MkdirTemp("", "ferry-secret-")
+	if err != nil {
+		return transfer.Step{}, nil, fmt.Errorf("stage: %w", err)
+	}
+	cleanup = func() { os.RemoveAll(tmp) }
+	defer func() {
+		if err != nil {
+			cleanup()
+		}
+	}()
+	stage := filepath.Join(tmp, "d")
+	if err := os.Mkdir(stage, 0o700); err != nil {
+		return transfer.Step{}, nil, fmt.Errorf("stage: %w", err)
+	}
+	dir, name := path.Dir(m.Remote), path.Base(m.Remote)
+	if err := copyPrivate(m.Local, filepath.Join(stage, name)); err != nil {
+		return transfer.Step{}, nil, err
+	}
+	return transfer.Step{
+		Stat: []string{dir},
+		Plan: func(kind func(string) (archive.Kind, error)) (transfer.Placement, error) {
+			k, err := kind(dir)
+			if err != nil {
+				return transfer.Placement{}, fmt.Errorf("stat %s:%s: %w", sb.Name, dir, err)
+			}
+			switch k {
+			case archive.Missing:
+				// The directory goes too, so it lands 0700.
+				return transfer.Placement{Dest: dir, Place: archive.PlaceAs, Items: []transfer.Item{{Src: stage, Name: path.Base(dir)}}}, nil
+			case archive.Dir:
+				return transfer.Placement{Dest: dir, Place: archive.PlaceInto, Items: []transfer.Item{{Src: filepath.Join(stage, name), Name: name}}}, nil
+			}
+			return transfer.Placement{}, fmt.Errorf("%s:%s: %w", sb.Name, dir, transfer.ErrNotDir)
+		},
+		Name: fmt.Sprintf("upload to %s:%s", sb.Name, m.Remote),
+	}, cleanup, nil
 }
 
 // copyPrivate copies a file to a new 0600 file.
