@@ -7,10 +7,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ferry-dev/ferry"
+	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/openshell"
 	"github.com/ferry-dev/ferry/transfer"
@@ -198,5 +201,64 @@ func TestRunEventsAfterFailedUpload(t *testing.T) {
 	}
 	if ev := res.Events; ev == nil || ev.State != ferry.EventsObserved || ev.Counts.Process.Total == 0 {
 		t.Fatalf("events of the failed run: %+v; want the upload's execs observed", ev)
+	}
+}
+
+// pullGate holds every exec after the run's command until the log has
+// been read: a run that reads the events only after its pull never
+// pulls.
+type pullGate struct {
+	x       relay.Execer
+	marker  string
+	ran     atomic.Bool
+	logs    chan struct{}
+	once    sync.Once
+	waited  atomic.Int32
+	timeout time.Duration
+}
+
+func (g *pullGate) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
+	if slices.Contains(cmd.Argv, g.marker) {
+		defer g.ran.Store(true)
+		return g.x.Exec(ctx, cmd)
+	}
+	if g.ran.Load() {
+		g.waited.Add(1)
+		select {
+		case <-g.logs:
+		case <-time.After(g.timeout):
+			return 0, errors.New("the pull waited for the log read, which waited for the pull")
+		}
+	}
+	return g.x.Exec(ctx, cmd)
+}
+
+func (g *pullGate) SandboxLogs(context.Context, string) ([]openshell.LogLine, error) {
+	g.once.Do(func() { close(g.logs) })
+	return []openshell.LogLine{{Time: time.Now(), Level: "OCSF", Target: "ocsf", Message: "PROC:LAUNCH [INFO] sh(8) [cmd:sh]"}}, nil
+}
+
+// TestRunReadsEventsDuringPull: the events of a finished command are read
+// while its artifacts are pulled, not after: the pull's execs wait for
+// the log read here, and the run still gets both.
+func TestRunReadsEventsDuringPull(t *testing.T) {
+	e := newEnv(t, transfer.ModePOSIX)
+	const marker = "the-command"
+	gate := &pullGate{x: e.sb.X, marker: marker, logs: make(chan struct{}), timeout: 10 * time.Second}
+	sb := e.sb
+	sb.X = gate
+	res, err := ferry.Run(ctx(t), sb, ferry.RunSpec{
+		Argv: []string{"sh", "-c", `mkdir -p rascal-meta && echo '{}' > rascal-meta/meta.json`, marker},
+		Out:  t.TempDir(),
+		Logs: gate,
+	})
+	if err != nil || res.PullErr != nil {
+		t.Fatalf("run: %v, pull: %v", err, res.PullErr)
+	}
+	if gate.waited.Load() == 0 {
+		t.Fatal("no exec after the command: the gate was not exercised")
+	}
+	if res.Events == nil || res.Events.State != ferry.EventsObserved || res.Events.Counts.Process.Total != 1 {
+		t.Fatalf("events %+v, want the one launch observed", res.Events)
 	}
 }

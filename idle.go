@@ -192,7 +192,7 @@ func (e idleExecer) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 // forwards it, so a read is a byte moved.
 type progressReader struct {
 	r io.Reader
-	w *idleWatch
+	w meter
 }
 
 func (p progressReader) Read(b []byte) (int, error) {
@@ -207,8 +207,11 @@ func (p progressReader) Read(b []byte) (int, error) {
 // relay.Command.
 type progressWriter struct {
 	w  io.Writer
-	iw *idleWatch
+	iw meter
 }
+
+// meter is what progress is counted for: a watch, or a handoff to one.
+type meter interface{ moved(n int) }
 
 func (p progressWriter) Write(b []byte) (int, error) {
 	if len(b) > 0 {
@@ -218,4 +221,109 @@ func (p progressWriter) Write(b []byte) (int, error) {
 		return len(b), nil
 	}
 	return p.w.Write(b)
+}
+
+// idleHandoff carries execs that outlive one transfer's idle watch into
+// the next one's: a run's agent connection, opened under the watch of
+// its inputs, is kept while the command runs and serves the artifacts
+// and sessions after it, under their own watch. Between watches (while
+// the command runs, which may be silent for long) no watch sees those
+// execs, so none can end them as idle. The zero value is ready to use;
+// it is safe for concurrent use.
+type idleHandoff struct {
+	mu      sync.Mutex
+	w       *idleWatch
+	running int32 // execs in flight through the handoff
+}
+
+// watchIdleVia is watchIdle with the transfer's execs going through h:
+// those in flight already (a kept connection) count for the new watch as
+// if they had started with it. The caller detaches h (h.detach) when the
+// transfer ends, before h is attached to another watch.
+func (s Sandbox) watchIdleVia(ctx context.Context, op string, h *idleHandoff) (context.Context, Sandbox, *idleWatch) {
+	x := s.X
+	ctx, s, w := s.watchIdle(ctx, op)
+	if w == nil {
+		return ctx, s, nil
+	}
+	s.X = handoffExecer{x: x, h: h}
+	h.attach(w)
+	return ctx, s, w
+}
+
+// attach makes w the watch of h's execs.
+func (h *idleHandoff) attach(w *idleWatch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.w = w
+	w.running.Add(h.running)
+	w.touch()
+}
+
+// detach leaves h's execs unwatched. A nil handoff is a no-op.
+func (h *idleHandoff) detach() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.w != nil {
+		h.w.running.Add(-h.running)
+		h.w = nil
+	}
+}
+
+// watch is h's current watch, nil between transfers.
+func (h *idleHandoff) watch() *idleWatch {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.w
+}
+
+// started and ended count an exec in and out of h and its watch, each
+// the progress of an exec starting or ending.
+func (h *idleHandoff) started() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.running++
+	if h.w != nil {
+		h.w.touch()
+		h.w.running.Add(1)
+	}
+}
+
+func (h *idleHandoff) ended() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.running--
+	if h.w != nil {
+		h.w.touch()
+		h.w.running.Add(-1)
+	}
+}
+
+// moved counts n bytes for the current watch, if any.
+func (h *idleHandoff) moved(n int) {
+	if w := h.watch(); w != nil {
+		w.moved(n)
+	}
+}
+
+// handoffExecer counts what moves through each exec for whichever watch
+// its handoff is attached to at the time.
+type handoffExecer struct {
+	x relay.Execer
+	h *idleHandoff
+}
+
+func (e handoffExecer) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
+	c := *cmd
+	if c.Stdin != nil {
+		c.Stdin = progressReader{r: c.Stdin, w: e.h}
+	}
+	c.Stdout = progressWriter{w: c.Stdout, iw: e.h}
+	c.Stderr = progressWriter{w: c.Stderr, iw: e.h}
+	e.h.started()
+	defer e.h.ended()
+	return e.x.Exec(ctx, &c)
 }

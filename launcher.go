@@ -918,7 +918,7 @@ func (l *Launcher) finish(ctx context.Context, dir string, rec *launchRecord, sb
 		if rec.DiffFilter != nil {
 			spec.DiffFilter = *rec.DiffFilter
 		}
-		pres, pullErr, sessErr = finishThrough(fctx, sb, a, spec, results, nil)
+		pres, pullErr, sessErr = finishThrough(fctx, sb, a, spec, results, nil, nil)
 		var derr error
 		if rec.DiffResults, derr = diffDone(spec.diffs, fails); derr != nil {
 			log.Warn("run's diff incomplete", "err", derr)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/ferry-dev/ferry/relay"
@@ -134,10 +135,17 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 		spec.diffs = &runDiffs{}
 	}
 	// The pre-exec phase: inputs, secrets and sessions; in agent mode one
-	// exec carries it all.
-	var r transfer.Remote
+	// exec carries it all, and is kept for the post-exec phase.
+	h := &idleHandoff{}
+	var kept transfer.Remote
 	var err error
-	if res.Sessions, r, err = prepareIdle(ctx, sb, spec); err != nil {
+	res.Sessions, kept, err = prepareIdle(ctx, sb, spec, h)
+	defer func() {
+		if kept != nil {
+			kept.Close()
+		}
+	}()
+	if err != nil {
 		// A run that failed before its command still says what the
 		// sandbox saw of it (an upload refused by a policy, say).
 		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spec.PullTimeout)
@@ -147,7 +155,7 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 		return res, err
 	}
 	var finish func() int64
-	if spec.Lines != nil && r.Mode() == transfer.ModeAgent {
+	if spec.Lines != nil && kept != nil {
 		if finish, err = followRun(ctx, sb, spec); err != nil {
 			return res, err
 		}
@@ -187,8 +195,13 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	// run. A cancelled ctx must not stop it, so it gets its own deadline.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), spec.PullTimeout)
 	defer cancel()
-	res.Pull, res.PullErr, res.SessionErr = finishRun(pctx, sb, spec, res.Sessions)
-	ev := writeEvents(pctx, spec.Logs, sb.Name, spec.Out, start.Add(-EventsSkew), follow)
+	// The events are read while the artifacts come: the command has
+	// ended, and what it did is in the log by now.
+	evc := make(chan EventsResult, 1)
+	go func() { evc <- writeEvents(pctx, spec.Logs, sb.Name, spec.Out, start.Add(-EventsSkew), follow) }()
+	res.Pull, res.PullErr, res.SessionErr = finishRun(pctx, sb, spec, res.Sessions, kept, h)
+	kept = nil // finishRun closed it
+	ev := <-evc
 	res.Events = &ev
 	res.Diff, res.DiffErr = spec.diffs.result()
 	if printed >= 0 && (res.PullErr == nil || errors.Is(res.PullErr, ErrNoMeta)) {
@@ -203,25 +216,37 @@ func Run(ctx context.Context, sb Sandbox, spec RunSpec) (RunResult, error) {
 	return res, nil
 }
 
-// prepareIdle is the pre-exec phase through one connection, which it
-// closes, under sb's idle timeout (not the command's: that may be silent
-// for long). It returns the closed transfer.Remote, for its mode.
-func prepareIdle(ctx context.Context, sb Sandbox, spec RunSpec) (_ []RunSession, _ transfer.Remote, err error) {
-	ctx, sb, idle := sb.watchIdle(ctx, "run: inputs to "+sb.Name)
+// prepareIdle is the pre-exec phase through one connection, under sb's
+// idle timeout (not the command's: that may be silent for long). In agent
+// mode it returns the connection open, for the post-exec phase, which
+// then needs no new exec and no new handshake; its exec goes through h,
+// which is detached from the phase's watch when it returns, so that no
+// watch sees the connection while the command runs. A POSIX-mode
+// connection is no exec and is closed (nil).
+func prepareIdle(ctx context.Context, sb Sandbox, spec RunSpec, h *idleHandoff) (_ []RunSession, kept transfer.Remote, err error) {
+	ctx, sb, idle := sb.watchIdleVia(ctx, "run: inputs to "+sb.Name, h)
 	defer func() { err = idle.end(err) }()
+	defer h.detach()
 	r, err := sb.open(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
+	if r.Agent() != nil {
+		kept = r
+	}
 	sessions, err := prepareRun(ctx, sb, r, spec)
 	if err != nil {
-		r.Close()
-		return sessions, r, err
+		if kept == nil {
+			r.Close()
+		}
+		return sessions, kept, err
 	}
-	if err := r.Close(); err != nil {
-		return sessions, r, fmt.Errorf("run: inputs to %s: %w", sb.Name, err)
+	if kept == nil {
+		if err := r.Close(); err != nil {
+			return sessions, nil, fmt.Errorf("run: inputs to %s: %w", sb.Name, err)
+		}
 	}
-	return sessions, r, nil
+	return sessions, kept, nil
 }
 
 // followRun follows the run's growing artifacts into a private directory
@@ -282,27 +307,62 @@ func prepareRun(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunSpec
 }
 
 // finishRun is the post-exec phase: the artifacts, then the sessions,
-// through one connection (one exec in agent mode). It fills in sessions'
-// results and returns the pull, its error, and the first failed session
-// save. A channel that fails once the pull and the saves are done fails
-// neither: it is reported in the pull's and each saved session's
-// RelayLost.
-func finishRun(ctx context.Context, sb Sandbox, spec RunSpec, sessions []RunSession) (pres PullResult, pullErr, sessionErr error) {
-	ctx, sb, idle := sb.watchIdle(ctx, "run: artifacts and sessions from "+sb.Name)
+// through one connection: kept, the pre-exec phase's agent connection,
+// when it still stands, else a new one (one exec in agent mode); kept's
+// exec goes through h, attached to this phase's idle watch. finishRun
+// closes kept. It fills in sessions' results and returns the pull, its
+// error, and the first failed session save. A channel that fails once
+// the pull and the saves are done fails neither: it is reported in the
+// pull's and each saved session's RelayLost.
+func finishRun(ctx context.Context, sb Sandbox, spec RunSpec, sessions []RunSession, kept transfer.Remote, h *idleHandoff) (pres PullResult, pullErr, sessionErr error) {
+	ctx, sb, idle := sb.watchIdleVia(ctx, "run: artifacts and sessions from "+sb.Name, h)
 	defer func() { pullErr, sessionErr = idle.end(pullErr), idle.end(sessionErr) }()
-	r, err := sb.open(ctx)
-	if err != nil {
-		return PullResult{}, err, err
+	defer h.detach()
+	if kept != nil && lost(kept) {
+		// The relay dropped or the agent died while the command ran.
+		sb.log().Info("the agent connection kept from before the command was lost while it ran; connecting again", "sandbox", sb.Name, "err", kept.Close())
+		kept = nil
 	}
-	defer r.Close()
-	return finishThrough(ctx, sb, r, spec, sessions, idle)
+	var redial func(context.Context) (transfer.Remote, error)
+	r := kept
+	if r == nil {
+		var err error
+		if r, err = sb.open(ctx); err != nil {
+			return PullResult{}, err, err
+		}
+	} else {
+		// A loss not seen yet shows in the first call: the pull, which
+		// reads only, is tried again through a new connection.
+		redial = func(ctx context.Context) (transfer.Remote, error) {
+			sb.log().Info("the agent connection kept from before the command was lost at its first call; connecting again", "sandbox", sb.Name)
+			return sb.open(ctx)
+		}
+	}
+	return finishThrough(ctx, sb, r, spec, sessions, idle, redial)
+}
+
+// lost reports whether r's agent connection has ended under it.
+func lost(r transfer.Remote) bool {
+	return r.Agent() != nil && r.Agent().Lost()
 }
 
 // finishThrough is finishRun through an open transfer.Remote, which it closes;
-// idle, when not nil, is held while a save waits for a prune.
-func finishThrough(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunSpec, sessions []RunSession, idle *idleWatch) (pres PullResult, pullErr, sessionErr error) {
+// idle, when not nil, is held while a save waits for a prune. redial,
+// when not nil, replaces r when the pull fails because r was lost.
+func finishThrough(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunSpec, sessions []RunSession, idle *idleWatch, redial func(context.Context) (transfer.Remote, error)) (pres PullResult, pullErr, sessionErr error) {
+	defer func() { r.Close() }()
 	start := time.Now()
-	pres, pullErr = pull(ctx, sb, r, PullSpec{MetaDir: spec.MetaDir, Out: spec.Out, Limits: spec.Limits})
+	pspec := PullSpec{MetaDir: spec.MetaDir, Out: spec.Out, Limits: spec.Limits}
+	pres, pullErr = pull(ctx, sb, r, pspec)
+	if pullErr != nil && redial != nil && lost(r) {
+		r.Close()
+		nr, err := redial(ctx)
+		if err != nil {
+			return PullResult{}, err, err
+		}
+		r = nr
+		pres, pullErr = pull(ctx, sb, r, pspec)
+	}
 	pres.Seconds = time.Since(start).Seconds()
 	// A save may wait, with the channel quiet, for a prune of the store to
 	// finish (session's locks): that is the host waiting, not a stalled
@@ -340,12 +400,44 @@ func finishThrough(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunS
 	return pres, pullErr, sessionErr
 }
 
-// prepare uploads a run's inputs and secrets through r.
+// prepare uploads a run's inputs and secrets through r: in agent mode as
+// one batch (transfer.UploadSteps), whose stats are one call and whose
+// Puts share streams or run at once.
 func prepare(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunSpec) error {
+	var steps []transfer.Step
+	var names []string // of each step's input or secret, for errors
 	for _, in := range spec.Inputs {
-		if _, err := transfer.Upload(ctx, r, []string{in.Local}, in.Remote); err != nil {
+		st, err := transfer.UploadStep(sb.Name, []string{in.Local}, in.Remote)
+		if err != nil {
 			return fmt.Errorf("input %s: %w", in.Local, err)
 		}
+		steps, names = append(steps, st), append(names, "input "+in.Local)
+	}
+	agentMode := r.Agent() != nil
+	if agentMode {
+		for _, s := range spec.Secrets {
+			st, cleanup, err := secretStep(sb, s)
+			if err != nil {
+				// The error names paths only, never content.
+				return fmt.Errorf("secret %s: %w", s.Local, err)
+			}
+			defer cleanup()
+			steps, names = append(steps, st), append(names, "secret "+s.Local)
+		}
+	}
+	if _, err := transfer.UploadSteps(ctx, r, steps); err != nil {
+		var se *transfer.StepError
+		if !errors.As(err, &se) {
+			return err
+		}
+		var at []string
+		for _, i := range se.Steps {
+			at = append(at, names[i])
+		}
+		return fmt.Errorf("%s: %w", strings.Join(at, ", "), se.Err)
+	}
+	if agentMode {
+		return nil
 	}
 	for _, s := range spec.Secrets {
 		if err := uploadSecret(ctx, sb, r, s); err != nil {
@@ -371,21 +463,14 @@ func appendFile(dst string, src *os.File) error {
 	return f.Close()
 }
 
-// uploadSecret uploads one secret file and then tightens its modes. The
-// content travels only in the tar stream on stdin; the follow-up chmod
-// names paths, nothing else.
+// uploadSecret uploads one secret file in POSIX mode and then tightens
+// its modes. The content travels only in the tar stream on stdin; the
+// follow-up chmod names paths, nothing else.
 func uploadSecret(ctx context.Context, sb Sandbox, r transfer.Remote, m Mapping) error {
-	fi, err := os.Stat(m.Local)
-	if err != nil {
-		return fmt.Errorf("stat: %w", transfer.ErrNoSource)
-	}
-	if !fi.Mode().IsRegular() {
-		return errors.New("a secret must be a regular file")
+	if err := checkSecret(m); err != nil {
+		return err
 	}
 	dir := path.Dir(m.Remote)
-	if r.Agent() != nil {
-		return uploadSecretAgent(ctx, sb, r, m, dir)
-	}
 	if err := shell(ctx, sb, `mkdir -p -- "$1" && chmod 700 -- "$1"`, dir); err != nil {
 		return fmt.Errorf("prepare %s:%s: %w", sb.Name, dir, err)
 	}
@@ -398,41 +483,62 @@ func uploadSecret(ctx context.Context, sb Sandbox, r transfer.Remote, m Mapping)
 	return nil
 }
 
-// uploadSecretAgent gives the secret its modes before it leaves the host:
-// a private copy, 0600 in a 0700 directory, is what the agent extracts, so
-// no second call is needed and the file is never readable by others, not
-// even for a moment.
-func uploadSecretAgent(ctx context.Context, sb Sandbox, r transfer.Remote, m Mapping, dir string) error {
-	tmp, err := os.MkdirTemp("", "ferry-secret-")
+func checkSecret(m Mapping) error {
+	fi, err := os.Stat(m.Local)
 	if err != nil {
-		return fmt.Errorf("stage: %w", err)
+		return fmt.Errorf("stat: %w", transfer.ErrNoSource)
 	}
-	defer os.RemoveAll(tmp)
-	stage := filepath.Join(tmp, "d")
-	if err := os.Mkdir(stage, 0o700); err != nil {
-		return fmt.Errorf("stage: %w", err)
-	}
-	name := path.Base(m.Remote)
-	if err := copyPrivate(m.Local, filepath.Join(stage, name)); err != nil {
-		return err
-	}
-	kind, err := r.Stat(ctx, dir, true)
-	if err != nil {
-		return fmt.Errorf("stat %s:%s: %w", sb.Name, dir, err)
-	}
-	switch kind {
-	case archive.Missing:
-		// The directory goes too, so it lands 0700.
-		_, err = r.Upload(ctx, transfer.UploadSpec{Dest: dir, Place: archive.PlaceAs, Entries: 2}, transfer.Items(ctx, transfer.Item{Src: stage, Name: path.Base(dir)}))
-	case archive.Dir:
-		_, err = r.Upload(ctx, transfer.UploadSpec{Dest: dir, Place: archive.PlaceInto, Entries: 1}, transfer.Items(ctx, transfer.Item{Src: filepath.Join(stage, name), Name: name}))
-	default:
-		return fmt.Errorf("%s:%s: %w", sb.Name, dir, transfer.ErrNotDir)
-	}
-	if err != nil {
-		return fmt.Errorf("upload to %s:%s: %w", sb.Name, m.Remote, err)
+	if !fi.Mode().IsRegular() {
+		return errors.New("a secret must be a regular file")
 	}
 	return nil
+}
+
+// secretStep is the agent-mode upload of a secret, which gets its modes
+// before it leaves the host: a private copy, 0600 in a 0700 directory,
+// is what the agent extracts, so no second call is needed and the file
+// is never readable by others, not even for a moment. cleanup removes
+// the copy once the step has run.
+func secretStep(sb Sandbox, m Mapping) (_ transfer.Step, cleanup func(), err error) {
+	if err := checkSecret(m); err != nil {
+		return transfer.Step{}, nil, err
+	}
+	tmp, err := os.MkdirTemp("", "ferry-secret-")
+	if err != nil {
+		return transfer.Step{}, nil, fmt.Errorf("stage: %w", err)
+	}
+	cleanup = func() { os.RemoveAll(tmp) }
+	defer func() {
+		if err != nil {
+			cleanup()
+		}
+	}()
+	stage := filepath.Join(tmp, "d")
+	if err := os.Mkdir(stage, 0o700); err != nil {
+		return transfer.Step{}, nil, fmt.Errorf("stage: %w", err)
+	}
+	dir, name := path.Dir(m.Remote), path.Base(m.Remote)
+	if err := copyPrivate(m.Local, filepath.Join(stage, name)); err != nil {
+		return transfer.Step{}, nil, err
+	}
+	return transfer.Step{
+		Stat: []string{dir},
+		Plan: func(kind func(string) (archive.Kind, error)) (transfer.Placement, error) {
+			k, err := kind(dir)
+			if err != nil {
+				return transfer.Placement{}, fmt.Errorf("stat %s:%s: %w", sb.Name, dir, err)
+			}
+			switch k {
+			case archive.Missing:
+				// The directory goes too, so it lands 0700.
+				return transfer.Placement{Dest: dir, Place: archive.PlaceAs, Items: []transfer.Item{{Src: stage, Name: path.Base(dir)}}}, nil
+			case archive.Dir:
+				return transfer.Placement{Dest: dir, Place: archive.PlaceInto, Items: []transfer.Item{{Src: filepath.Join(stage, name), Name: name}}}, nil
+			}
+			return transfer.Placement{}, fmt.Errorf("%s:%s: %w", sb.Name, dir, transfer.ErrNotDir)
+		},
+		Name: fmt.Sprintf("upload to %s:%s", sb.Name, m.Remote),
+	}, cleanup, nil
 }
 
 // copyPrivate copies a file to a new 0600 file.

@@ -26,6 +26,20 @@ func (a agentRemote) Stat(ctx context.Context, p string, follow bool) (archive.K
 	return a.c.Stat(ctx, p, follow)
 }
 
+// statAll is Stat of several paths, following a final symlink, in one
+// call (UploadSteps).
+func (a agentRemote) statAll(ctx context.Context, paths []string) ([]archive.Kind, error) {
+	es, err := a.c.StatAll(ctx, paths, true)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]archive.Kind, len(es))
+	for i, e := range es {
+		out[i] = e.Kind
+	}
+	return out, nil
+}
+
 func (a agentRemote) Upload(ctx context.Context, spec UploadSpec, fill Fill) (Stats, error) {
 	staging := archive.StagingPrefix + archive.RandomTag()
 	res, err := a.c.Put(ctx, agent.PutSpec{Dest: spec.Dest, Place: spec.Place, Compress: a.t.Compress, Staging: staging}, fill)

@@ -23,88 +23,135 @@ func contents(p string) bool {
 // directory's contents, "src/." copies the contents, a file to a missing
 // path is a rename, and several sources need an existing directory.
 func Upload(ctx context.Context, r Remote, srcs []string, dst string) (Stats, error) {
-	if len(srcs) == 0 {
-		return Stats{}, errors.New("upload: no sources")
-	}
 	name := r.Target().Name
-	type source struct {
-		path string
-		info os.FileInfo
+	sources, err := lstatSources(srcs)
+	if err != nil {
+		return Stats{}, err
+	}
+	// A destination is followed through a symlink, as cp does.
+	kind := func(p string) (archive.Kind, error) {
+		k, err := r.Stat(ctx, p, true)
+		if err != nil {
+			return k, fmt.Errorf("upload: stat %s:%s: %w", name, p, err)
+		}
+		return k, nil
+	}
+	pl, err := planUpload(name, sources, dst, kind)
+	if err != nil {
+		return Stats{}, err
+	}
+	return putPlan(ctx, r, pl, uploadLabel(name, dst))
+}
+
+// uploadLabel names an upload to dst in sandbox name, for errors.
+func uploadLabel(name, dst string) string { return fmt.Sprintf("upload to %s:%s", name, dst) }
+
+// source is one local source of an upload.
+type source struct {
+	path string
+	info os.FileInfo
+}
+
+func lstatSources(srcs []string) ([]source, error) {
+	if len(srcs) == 0 {
+		return nil, errors.New("upload: no sources")
 	}
 	var sources []source
 	for _, s := range srcs {
 		fi, err := os.Lstat(s)
 		if err != nil {
-			return Stats{}, fmt.Errorf("upload %s: %w", s, ErrNoSource)
+			return nil, fmt.Errorf("upload %s: %w", s, ErrNoSource)
 		}
 		sources = append(sources, source{s, fi})
 	}
-	// A destination is followed through a symlink, as cp does.
-	kind, err := r.Stat(ctx, dst, true)
+	return sources, nil
+}
+
+// plan is where an upload's items land: one Put.
+type plan struct {
+	dest  string
+	place archive.Placement
+	items []Item
+}
+
+// uploadStats are the sandbox paths planUpload may ask the kind of, for
+// dst: dst itself and its parent.
+func uploadStats(dst string) []string {
+	return []string{dst, path.Dir(strings.TrimSuffix(dst, "/"))}
+}
+
+// planUpload decides, with cp's rules, where sources go for dst, given
+// the kinds of the sandbox's paths (uploadStats(dst), following a final
+// symlink) that kind reports. name is the sandbox's, for errors.
+func planUpload(name string, sources []source, dst string, kind func(string) (archive.Kind, error)) (plan, error) {
+	k, err := kind(dst)
 	if err != nil {
-		return Stats{}, fmt.Errorf("upload: stat %s:%s: %w", name, dst, err)
+		return plan{}, err
 	}
-	dstIsDir := kind == archive.Dir
+	dstIsDir := k == archive.Dir
 	if (len(sources) > 1 || strings.HasSuffix(dst, "/")) && !dstIsDir {
-		if kind == archive.Missing && len(sources) == 1 && sources[0].info.IsDir() {
+		if k == archive.Missing && len(sources) == 1 && sources[0].info.IsDir() {
 			// "cp -r dir new/" creates new.
 		} else {
-			return Stats{}, fmt.Errorf("upload to %s:%s: %w", name, dst, ErrNotDir)
+			return plan{}, fmt.Errorf("upload to %s:%s: %w", name, dst, ErrNotDir)
 		}
 	}
 
 	// Decide what the archive holds and where it lands.
-	var items []Item
-	var place archive.Placement
-	remoteDest := dst
+	pl := plan{dest: dst}
 	switch {
 	case dstIsDir:
-		place = archive.PlaceInto
+		pl.place = archive.PlaceInto
 		for _, s := range sources {
 			if s.info.IsDir() && contents(s.path) {
-				items = append(items, Item{s.path, "."})
+				pl.items = append(pl.items, Item{s.path, "."})
 			} else {
-				items = append(items, Item{s.path, filepath.Base(filepath.Clean(s.path))})
+				pl.items = append(pl.items, Item{s.path, filepath.Base(filepath.Clean(s.path))})
 			}
 		}
 	case sources[0].info.IsDir():
-		if kind != archive.Missing {
-			return Stats{}, fmt.Errorf("upload %s to %s:%s: cannot overwrite a non-directory with a directory", sources[0].path, name, dst)
+		if k != archive.Missing {
+			return plan{}, fmt.Errorf("upload %s to %s:%s: cannot overwrite a non-directory with a directory", sources[0].path, name, dst)
 		}
-		place = archive.PlaceNew
-		items = append(items, Item{sources[0].path, "."})
+		pl.place = archive.PlaceNew
+		pl.items = append(pl.items, Item{sources[0].path, "."})
 	default:
 		// A file (or symlink) to a missing path or over a file: it lands
 		// in dst's parent under dst's name, and a missing parent is made.
-		remoteDest = path.Dir(strings.TrimSuffix(dst, "/"))
-		items = append(items, Item{sources[0].path, path.Base(dst)})
-		pk, err := r.Stat(ctx, remoteDest, true)
+		pl.dest = path.Dir(strings.TrimSuffix(dst, "/"))
+		pl.items = append(pl.items, Item{sources[0].path, path.Base(dst)})
+		pk, err := kind(pl.dest)
 		if err != nil {
-			return Stats{}, fmt.Errorf("upload: stat %s:%s: %w", name, remoteDest, err)
+			return plan{}, err
 		}
 		switch pk {
 		case archive.Dir:
-			place = archive.PlaceInto
+			pl.place = archive.PlaceInto
 		case archive.Missing:
-			place = archive.PlaceNew
+			pl.place = archive.PlaceNew
 		default:
-			return Stats{}, fmt.Errorf("upload to %s:%s: %w", name, remoteDest, ErrNotDir)
+			return plan{}, fmt.Errorf("upload to %s:%s: %w", name, pl.dest, ErrNotDir)
 		}
 	}
+	return pl, nil
+}
 
+// putPlan uploads pl's items through r; label names the upload in
+// errors.
+func putPlan(ctx context.Context, r Remote, pl plan, label string) (Stats, error) {
 	// The remote side counts what it extracted and must find this many:
 	// a stream that a relay ended early between two entries is caught.
 	var want int64
-	for _, it := range items {
+	for _, it := range pl.items {
 		n, err := countEntries(it.Src, it.Name)
 		if err != nil {
 			return Stats{}, fmt.Errorf("upload %s: %w", it.Src, err)
 		}
 		want += n
 	}
-	cs, err := r.Upload(ctx, UploadSpec{Dest: remoteDest, Place: place, Entries: want}, Items(ctx, items...))
+	cs, err := r.Upload(ctx, UploadSpec{Dest: pl.dest, Place: pl.place, Entries: want}, Items(ctx, pl.items...))
 	if err != nil {
-		return Stats{}, fmt.Errorf("upload to %s:%s: %w", name, dst, err)
+		return Stats{}, fmt.Errorf("%s: %w", label, err)
 	}
 	return cs, nil
 }

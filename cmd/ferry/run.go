@@ -148,12 +148,14 @@ prune of the store is not idle.`,
 			}
 			// Through a gateway, its log gives the run's OCSF events;
 			// --ssh has none, and the result says so.
+			var gw *openshell.Client
 			if create != "" || del || g.ssh == "" {
 				c, err := g.client()
 				if err != nil {
 					return err
 				}
 				defer c.Close()
+				gw = c
 				spec.Logs = c
 				if del {
 					// Registered before the create, so that a create
@@ -170,8 +172,14 @@ prune of the store is not idle.`,
 					}
 				}
 			}
-			x, closeFn, err := g.execer()
-			if err != nil {
+			// The commands go through the log's client when there is
+			// one: one connection to the gateway, one lookup of the
+			// sandbox.
+			var x relay.Execer
+			var closeFn func()
+			if gw != nil && g.ssh == "" {
+				x, closeFn = g.execerOn(gw)
+			} else if x, closeFn, err = g.execer(); err != nil {
 				return err
 			}
 			defer closeFn()

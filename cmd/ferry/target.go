@@ -71,14 +71,11 @@ func (g *globals) execer() (relay.Execer, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		if g.transport == transportSSH {
-			x := c.SSH(openshell.SSHConfig{})
-			return x, func() {
-				x.Close()
-				c.Close()
-			}, nil
-		}
-		return c, func() { c.Close() }, nil
+		x, closeFn := g.execerOn(c)
+		return x, func() {
+			closeFn()
+			c.Close()
+		}, nil
 	}
 	user, addr, err := parseSSH(g.ssh)
 	if err != nil {
@@ -95,6 +92,20 @@ func (g *globals) execer() (relay.Execer, func(), error) {
 		return nil, nil, err
 	}
 	return sshHints{c}, func() { c.Close() }, nil
+}
+
+// execerOn is the channel to run commands on through the gateway client
+// c, and its closer, which leaves c open: a caller that has a client
+// already (ferry run's, for the sandbox's log) runs its commands through
+// the same connection and the same cache of sandbox ids, rather than
+// dialling the gateway and resolving the sandbox a second time. It needs
+// the gateway transports (no --ssh).
+func (g *globals) execerOn(c *openshell.Client) (relay.Execer, func()) {
+	if g.transport == transportSSH {
+		x := c.SSH(openshell.SSHConfig{})
+		return x, func() { x.Close() }
+	}
+	return c, func() {}
 }
 
 // sshHints names the CLI flag where sshexec's errors name its Config field.

@@ -55,8 +55,9 @@ type Client struct {
 	api  openshellv1.OpenShellClient
 
 	mu      sync.Mutex
-	ids     map[string]string // sandbox name -> id
-	oneShot bool              // the gateway lacks ExecSandboxInteractive
+	ids     map[string]string      // sandbox name -> id
+	lookups map[string]*lookupCall // GetSandbox calls in flight, by name
+	oneShot bool                   // the gateway lacks ExecSandboxInteractive
 }
 
 var _ relay.Execer = (*Client)(nil)
@@ -117,7 +118,7 @@ func Dial(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial gateway %s: %w", cfg.Endpoint, err)
 	}
-	return &Client{cfg: cfg, conn: conn, api: openshellv1.NewOpenShellClient(conn), ids: map[string]string{}}, nil
+	return &Client{cfg: cfg, conn: conn, api: openshellv1.NewOpenShellClient(conn), ids: map[string]string{}, lookups: map[string]*lookupCall{}}, nil
 }
 
 const (

@@ -7,6 +7,9 @@ import (
 	"io"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 )
 
@@ -21,20 +24,20 @@ type LogLine struct {
 }
 
 // SandboxLogs returns the gateway's log records for the sandbox called
-// name, oldest first: GetSandbox for its id, then GetSandboxLogs with the
-// gateway's defaults (its newest 2000 records, every source and level).
-// The sandbox need not be READY. What the records hold is the gateway's
-// choice; ferry's embedded gateway logs each exec's argv, workdir,
-// environment keys, exit code and byte counts, never stdin or environment
-// values.
+// name, oldest first: GetSandboxLogs with the gateway's defaults (its
+// newest 2000 records, every source and level), for the id an exec
+// through c resolved already, or after a GetSandbox for it. The sandbox
+// need not be READY. What the records hold is the gateway's choice;
+// ferry's embedded gateway logs each exec's argv, workdir, environment
+// keys, exit code and byte counts, never stdin or environment values.
 func (c *Client) SandboxLogs(ctx context.Context, name string) ([]LogLine, error) {
-	sb, err := c.Get(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.api.GetSandboxLogs(ctx, &openshellv1.GetSandboxLogsRequest{
-		SandboxId: sb.ID,
-		Workspace: c.cfg.Workspace,
+	var resp *openshellv1.GetSandboxLogsResponse
+	err := c.withLogID(ctx, name, func(id string) (err error) {
+		resp, err = c.api.GetSandboxLogs(ctx, &openshellv1.GetSandboxLogsRequest{
+			SandboxId: id,
+			Workspace: c.cfg.Workspace,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, c.lifecycleError("get logs of sandbox "+name, err)
@@ -45,6 +48,34 @@ func (c *Client) SandboxLogs(ctx context.Context, name string) ([]LogLine, error
 	}
 	return out, nil
 }
+
+// withLogID calls fn with the id of the sandbox called name (logID), and
+// again with a fresh one when a cached id is NotFound: the sandbox was
+// recreated under its name since. A failed lookup is returned as it is,
+// already in lifecycleError's terms, which fn's caller must not wrap
+// again: errLookup marks it.
+func (c *Client) withLogID(ctx context.Context, name string, fn func(id string) error) error {
+	id, cached, err := c.logID(ctx, name)
+	if err != nil {
+		return lookupError{err}
+	}
+	err = fn(id)
+	if cached && status.Code(err) == codes.NotFound {
+		c.forget(name)
+		if id, _, err = c.logID(ctx, name); err != nil {
+			return lookupError{err}
+		}
+		err = fn(id)
+	}
+	return err
+}
+
+// lookupError is a failed lookup inside withLogID, which lifecycleError
+// passes through.
+type lookupError struct{ err error }
+
+func (e lookupError) Error() string { return e.err.Error() }
+func (e lookupError) Unwrap() error { return e.err }
 
 // followTail is how many records before the follow's start FollowLogs
 // asks the gateway to replay: its whole tail (upstream keeps 2000), cut
@@ -58,23 +89,22 @@ const followTail = 2000
 // warning the gateway sends in the stream (upstream's "lagged" notice
 // says records were dropped).
 func (c *Client) FollowLogs(ctx context.Context, name string, since time.Time, fn func(LogLine), warn func(string)) error {
-	sb, err := c.Get(ctx, name)
-	if err != nil {
-		return err
-	}
-	req := &openshellv1.WatchSandboxRequest{Id: sb.ID, FollowLogs: true, LogTailLines: followTail}
-	if !since.IsZero() {
-		req.LogSinceMs = since.UnixMilli()
-	}
-	stream, err := c.api.WatchSandbox(ctx, req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
+	var stream openshellv1.OpenShell_WatchSandboxClient
+	var first *openshellv1.SandboxStreamEvent
+	// The first event is read inside withLogID: a stale cached id is
+	// refused there, not when the stream opens.
+	err := c.withLogID(ctx, name, func(id string) (err error) {
+		req := &openshellv1.WatchSandboxRequest{Id: id, FollowLogs: true, LogTailLines: followTail}
+		if !since.IsZero() {
+			req.LogSinceMs = since.UnixMilli()
 		}
-		return c.lifecycleError("follow the log of sandbox "+name, err)
-	}
+		if stream, err = c.api.WatchSandbox(ctx, req); err != nil {
+			return err
+		}
+		first, err = stream.Recv()
+		return err
+	})
 	for {
-		ev, err := stream.Recv()
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -84,7 +114,7 @@ func (c *Client) FollowLogs(ctx context.Context, name string, since time.Time, f
 		if err != nil {
 			return c.lifecycleError("follow the log of sandbox "+name, err)
 		}
-		switch p := ev.GetPayload().(type) {
+		switch p := first.GetPayload().(type) {
 		case *openshellv1.SandboxStreamEvent_Log:
 			fn(logLine(p.Log))
 		case *openshellv1.SandboxStreamEvent_Warning:
@@ -92,6 +122,7 @@ func (c *Client) FollowLogs(ctx context.Context, name string, since time.Time, f
 				warn(p.Warning.GetMessage())
 			}
 		}
+		first, err = stream.Recv()
 	}
 }
 

@@ -25,30 +25,92 @@ func connectParams(timeout time.Duration) grpc.ConnectParams {
 // SandboxID resolves a sandbox name to the object id that exec RPCs take,
 // and checks that the sandbox is READY. Ids are cached per name.
 func (c *Client) SandboxID(ctx context.Context, name string) (string, error) {
-	c.mu.Lock()
-	id, ok := c.ids[name]
-	c.mu.Unlock()
-	if ok {
+	if id, ok := c.cachedID(name); ok {
 		return id, nil
 	}
-	sb, err := c.get(ctx, name)
+	sb, err := c.lookup(ctx, name)
 	if err != nil {
 		return "", err
 	}
 	if p := sb.GetStatus().GetPhase(); p != openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
 		return "", fmt.Errorf("sandbox %s: %w (phase %s)", name, relay.ErrNotReady, phaseName(p))
 	}
-	id = sb.GetMetadata().GetId()
+	return sb.GetMetadata().GetId(), nil
+}
+
+func (c *Client) cachedID(name string) (string, bool) {
 	c.mu.Lock()
-	c.ids[name] = id
-	c.mu.Unlock()
-	return id, nil
+	defer c.mu.Unlock()
+	id, ok := c.ids[name]
+	return id, ok
 }
 
 func (c *Client) forget(name string) {
 	c.mu.Lock()
 	delete(c.ids, name)
 	c.mu.Unlock()
+}
+
+// lookupCall is one GetSandbox that callers asking for the same name at
+// once share.
+type lookupCall struct {
+	done chan struct{}
+	sb   *openshellv1.Sandbox
+	err  error
+}
+
+// lookup is GetSandbox of name, one call for the callers that ask at
+// once: a run resolves its sandbox for its first exec and for its log
+// follow at the same moment, and one round trip serves both. A READY
+// sandbox's id is cached for SandboxID. A caller whose ctx is live does
+// not inherit the cancellation of the one whose call it waited for.
+func (c *Client) lookup(ctx context.Context, name string) (*openshellv1.Sandbox, error) {
+	for {
+		c.mu.Lock()
+		call, waiting := c.lookups[name]
+		if !waiting {
+			call = &lookupCall{done: make(chan struct{})}
+			c.lookups[name] = call
+		}
+		c.mu.Unlock()
+		if !waiting {
+			call.sb, call.err = c.get(ctx, name)
+			c.mu.Lock()
+			delete(c.lookups, name)
+			if call.err == nil && call.sb.GetStatus().GetPhase() == openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
+				c.ids[name] = call.sb.GetMetadata().GetId()
+			}
+			c.mu.Unlock()
+			close(call.done)
+			return call.sb, call.err
+		}
+		select {
+		case <-call.done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("get sandbox %s: %w", name, ctx.Err())
+		}
+		if call.err != nil && ctx.Err() == nil && (errors.Is(call.err, context.Canceled) || errors.Is(call.err, context.DeadlineExceeded) ||
+			status.Code(call.err) == codes.Canceled || status.Code(call.err) == codes.DeadlineExceeded) {
+			// The call ended with its caller's ctx, not with an answer.
+			continue
+		}
+		return call.sb, call.err
+	}
+}
+
+// logID is the id of the sandbox called name for a log RPC, which needs
+// no READY sandbox: the cached one when an exec has resolved it (cached
+// says so, and a NotFound for it is then worth one fresh lookup),
+// otherwise a lookup.
+func (c *Client) logID(ctx context.Context, name string) (id string, cached bool, err error) {
+	if id, ok := c.cachedID(name); ok {
+		return id, true, nil
+	}
+	sb, err := c.lookup(ctx, name)
+	if err != nil {
+		return "", false, err
+	}
+	return sb.GetMetadata().GetId(), false, nil
 }
 
 // Get returns the sandbox called name.
@@ -251,6 +313,10 @@ var ErrNoWorkspace = errors.New("openshell: workspace not found")
 // workspace is not a missing sandbox, and a create refused for an unknown
 // provider names it (ErrProviderNotFound), not relay.ErrNotReady.
 func (c *Client) lifecycleError(action string, err error) error {
+	var le lookupError
+	if errors.As(err, &le) {
+		return le.err
+	}
 	if name, ok := missingProvider(err); ok {
 		return fmt.Errorf("%s: %w: %s", action, ErrProviderNotFound, name)
 	}

@@ -33,6 +33,9 @@ type Options struct {
 	// "/openshell.v1.OpenShell/GetSandboxLogs") answered UNAVAILABLE,
 	// for tests of a gateway that fails them.
 	Refuse []string
+	// Delay holds unary methods (full names) back this long before they
+	// are answered, for tests of callers that share a call in flight.
+	Delay map[string]time.Duration
 }
 
 // Seen is everything a gateway was told about the execs it ran, apart
@@ -107,6 +110,45 @@ type Gateway struct {
 	mu      sync.Mutex
 	creates []*openshellv1.CreateSandboxRequest
 	refuse  []string
+	calls   map[string]int // by full method name
+	conns   int
+}
+
+// Calls is how many calls of method (a full name, as
+// "/openshell.v1.OpenShell/GetSandbox") the gateway has received.
+func (g *Gateway) Calls(method string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls[method]
+}
+
+// Conns is how many connections the gateway has accepted.
+func (g *Gateway) Conns() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.conns
+}
+
+func (g *Gateway) called(method string) {
+	g.mu.Lock()
+	g.calls[method]++
+	g.mu.Unlock()
+}
+
+// countingListener counts the connections a gateway accepts.
+type countingListener struct {
+	net.Listener
+	g *Gateway
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.g.mu.Lock()
+		l.g.conns++
+		l.g.mu.Unlock()
+	}
+	return c, err
 }
 
 // Refuse makes the gateway answer the methods UNAVAILABLE from now on,
@@ -154,17 +196,26 @@ func Start(t testing.TB, opts Options) *Gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{Server: srv, Root: cfg.Root, Seen: seen}
+	g := &Gateway{Server: srv, Root: cfg.Root, Seen: seen, calls: map[string]int{}}
 	// WaitForHandlers: Stop returns only once every handler has, so that
 	// none writes the gateway's logs into a temp dir being removed.
 	sopts := append(gateway.ServerOptions(), grpc.WaitForHandlers(true), grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		g.called(info.FullMethod)
 		if slices.Contains(opts.Refuse, info.FullMethod) || g.refused(info.FullMethod) {
 			return status.Error(codes.Unavailable, "refused by the test")
 		}
 		return handler(srv, &recordingStream{ServerStream: ss, seen: seen})
 	}), grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		g.called(info.FullMethod)
 		if slices.Contains(opts.Refuse, info.FullMethod) || g.refused(info.FullMethod) {
 			return nil, status.Error(codes.Unavailable, "refused by the test")
+		}
+		if d := opts.Delay[info.FullMethod]; d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
 		if r, ok := req.(*openshellv1.CreateSandboxRequest); ok {
 			g.mu.Lock()
@@ -194,7 +245,7 @@ func Start(t testing.TB, opts Options) *Gateway {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = gs.Serve(lis)
+		_ = gs.Serve(countingListener{Listener: lis, g: g})
 	}()
 	t.Cleanup(func() {
 		gs.Stop()
