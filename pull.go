@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -88,46 +89,41 @@ func Pull(ctx context.Context, sb Sandbox, spec PullSpec) (_ PullResult, err err
 func pull(ctx context.Context, sb Sandbox, r transfer.Remote, spec PullSpec) (PullResult, error) {
 	metaDir, out, limits := spec.metaDir(), spec.Out, spec.Limits
 	res := PullResult{Mode: r.Mode().String()}
-	present, err := r.Present(ctx, metaDir, Artifacts)
-	if err != nil {
-		return res, err
-	}
-	have := map[string]bool{}
-	for _, p := range present {
-		have[p] = true
-	}
-	for _, a := range Artifacts {
-		if !have[a] {
-			res.Missing = append(res.Missing, a)
-		}
-	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return res, fmt.Errorf("create %s: %w", out, err)
 	}
-	if len(present) > 0 {
-		stage, err := os.MkdirTemp(out, ".ferry-pull-")
-		if err != nil {
-			return res, fmt.Errorf("create staging dir: %w", err)
-		}
-		defer os.RemoveAll(stage)
-		cs, err := r.Download(ctx, transfer.DownloadSpec{Dir: metaDir, Names: present, Local: stage, Place: archive.PlaceInto, Limits: limits})
-		if err != nil {
-			return res, fmt.Errorf("pull from %s:%s: %w", sb.Name, metaDir, err)
-		}
-		for _, name := range present {
-			fi, err := os.Lstat(filepath.Join(stage, name))
-			if err != nil || !fi.Mode().IsRegular() {
-				return res, fmt.Errorf("pull %s:%s/%s: not a regular file", sb.Name, metaDir, name)
-			}
-		}
-		for _, name := range present {
-			if err := os.Rename(filepath.Join(stage, name), filepath.Join(out, name)); err != nil {
-				return res, fmt.Errorf("place %s: %w", filepath.Join(out, name), err)
-			}
-			res.Saved = append(res.Saved, name)
-		}
-		res.Files, res.Bytes, res.WireBytes = cs.Files, cs.Bytes, cs.WireBytes
+	stage, err := os.MkdirTemp(out, ".ferry-pull-")
+	if err != nil {
+		return res, fmt.Errorf("create staging dir: %w", err)
 	}
+	defer os.RemoveAll(stage)
+	// Those artifacts that are files come in one download, which in agent
+	// mode leaves out the rest itself: no stat of them first.
+	cs, err := r.Download(ctx, transfer.DownloadSpec{Dir: metaDir, Names: Artifacts, Local: stage, Place: archive.PlaceInto, Limits: limits, FilesOnly: true})
+	if err != nil {
+		return res, fmt.Errorf("pull from %s:%s: %w", sb.Name, metaDir, err)
+	}
+	have := map[string]bool{}
+	var present []string
+	for _, a := range Artifacts {
+		fi, err := os.Lstat(filepath.Join(stage, a))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			res.Missing = append(res.Missing, a)
+			continue
+		case err != nil || !fi.Mode().IsRegular():
+			return res, fmt.Errorf("pull %s:%s/%s: not a regular file", sb.Name, metaDir, a)
+		}
+		have[a] = true
+		present = append(present, a)
+	}
+	for _, name := range present {
+		if err := os.Rename(filepath.Join(stage, name), filepath.Join(out, name)); err != nil {
+			return res, fmt.Errorf("place %s: %w", filepath.Join(out, name), err)
+		}
+		res.Saved = append(res.Saved, name)
+	}
+	res.Files, res.Bytes, res.WireBytes = cs.Files, cs.Bytes, cs.WireBytes
 	if !have["meta.json"] {
 		return res, fmt.Errorf("pull from %s:%s: %w", sb.Name, metaDir, ErrNoMeta)
 	}

@@ -59,7 +59,7 @@ func (a agentRemote) Upload(ctx context.Context, spec UploadSpec, fill Fill) (St
 }
 
 func (a agentRemote) Download(ctx context.Context, spec DownloadSpec) (Stats, error) {
-	res, err := a.c.Get(ctx, agent.GetSpec{Dir: spec.Dir, Names: spec.Names, Local: spec.Local, Place: spec.Place, Limits: spec.Limits, Compress: a.t.Compress})
+	res, err := a.c.Get(ctx, agent.GetSpec{Dir: spec.Dir, Names: spec.Names, Local: spec.Local, Place: spec.Place, Limits: spec.Limits, Compress: a.t.Compress, FilesOnly: spec.FilesOnly})
 	a.t.LogStale("host", spec.Local, res.StaleStaging, nil)
 	if err != nil {
 		return Stats{}, err

@@ -67,6 +67,15 @@ func (p posixRemote) Upload(ctx context.Context, spec UploadSpec, fill Fill) (St
 // Download runs the sandbox's tar and extracts its stream on the host,
 // where every entry is checked.
 func (p posixRemote) Download(ctx context.Context, spec DownloadSpec) (Stats, error) {
+	if spec.FilesOnly {
+		// The sandbox's tar has no such option: which names are files is
+		// asked first, in one exec.
+		present, err := p.Present(ctx, spec.Dir, spec.Names)
+		if err != nil || len(present) == 0 {
+			return Stats{}, err
+		}
+		spec.Names, spec.FilesOnly = present, false
+	}
 	onStale := func(n int, err error) { p.t.LogStale("host", spec.Local, n, err) }
 	pr, pw := io.Pipe()
 	done := make(chan download, 1)

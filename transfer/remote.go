@@ -85,6 +85,11 @@ type DownloadSpec struct {
 	Local  string
 	Place  archive.Placement
 	Limits archive.Limits
+	// FilesOnly downloads those of Names that are regular files and
+	// leaves out the rest (missing, directories, symlinks) instead of
+	// failing; a missing Dir gives nothing. What came is what Local
+	// holds. In agent mode it saves the stat a caller would make first.
+	FilesOnly bool
 }
 
 // Fill writes an upload's entries.

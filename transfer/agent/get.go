@@ -20,6 +20,11 @@ type GetSpec struct {
 	// for Dir's contents (and its own mode and mtime, given to Local by
 	// PlaceNew), as POSIX mode's Download takes them. Each must exist.
 	Names []string
+	// FilesOnly leaves out, instead of failing on, every name that is
+	// not a regular file in the sandbox, and a Dir that is missing; what
+	// came is what Local holds after. (A hostile agent may leave out
+	// what it likes: a caller must treat a name left out as missing.)
+	FilesOnly bool
 	// Local, Place and Limits are as for archive.Extract, which Get runs
 	// on the host. Limits.MaxCompressionRatio also bounds the frame
 	// stream's blocks; the agent frames with frame.DefaultMaxRatio, so a
@@ -69,13 +74,16 @@ func (c *Client) Get(ctx context.Context, spec GetSpec) (Result, error) {
 			minEntries++
 		}
 	}
+	if spec.FilesOnly {
+		minEntries = 0 // each name may be left out
+	}
 	mode, ok := wire.Compressions[spec.Compress]
 	if !ok {
 		return Result{}, fmt.Errorf("%s: unknown compression %v", op, spec.Compress)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := c.rpc.Get(ctx, &agentv1.GetRequest{Dir: dir, Names: spec.Names, Compression: mode})
+	stream, err := c.rpc.Get(ctx, &agentv1.GetRequest{Dir: dir, Names: spec.Names, Compression: mode, FilesOnly: spec.FilesOnly})
 	if err != nil {
 		return Result{}, c.callErr(op, err)
 	}

@@ -344,3 +344,41 @@ func fixture(t *testing.T, name string) []byte {
 	}
 	return data
 }
+
+// TestGetFilesOnly: with FilesOnly, the names that are regular files come
+// and the rest (missing, a directory, a symlink) are left out without an
+// error, as is everything of a missing dir; without it, each is refused
+// as before (TestGetRefusals).
+func TestGetFilesOnly(t *testing.T) {
+	c, ws := inProcess(t)
+	mustFile(t, filepath.Join(ws, "meta", "meta.json"), "{}")
+	mustFile(t, filepath.Join(ws, "meta", "runner.log"), "log")
+	mustFile(t, filepath.Join(ws, "meta", "sub", "deep"), "d")
+	if err := os.Symlink("meta.json", filepath.Join(ws, "meta", "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, dir string
+		want      []string
+	}{
+		{"some files", "meta", []string{"meta.json", "runner.log"}},
+		{"missing dir", "nodir", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			local := t.TempDir()
+			_, err := c.Get(context.Background(), agent.GetSpec{Dir: tc.dir, Names: []string{"meta.json", "absent", "sub", "link", "runner.log"},
+				Local: local, Place: archive.PlaceInto, FilesOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			ents, _ := os.ReadDir(local)
+			for _, e := range ents {
+				got = append(got, e.Name())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -53,18 +54,29 @@ func (s *server) get(req *agentv1.GetRequest, stream agentv1.Agent_GetServer) er
 	// exist (a dangling symlink does), and is then archived as it is.
 	dir := s.abs(rd)
 	if fi, err := os.Stat(dir); err != nil {
-		return err
+		if !req.GetFilesOnly() || !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		names = nil // nothing there: an empty archive
 	} else if !fi.IsDir() {
 		return &fs.PathError{Op: "get", Path: dir, Err: syscall.ENOTDIR}
 	}
+	kept := names[:0]
 	for _, n := range names {
 		if n == "." {
+			kept = append(kept, n)
 			continue
 		}
-		if _, err := os.Lstat(filepath.Join(dir, filepath.FromSlash(n))); err != nil {
+		fi, err := os.Lstat(filepath.Join(dir, filepath.FromSlash(n)))
+		switch {
+		case req.GetFilesOnly() && (errors.Is(err, fs.ErrNotExist) || err == nil && !fi.Mode().IsRegular()):
+			continue
+		case err != nil:
 			return err
 		}
+		kept = append(kept, n)
 	}
+	names = kept
 	t := wire.NewTreeWriter(func(b []byte) error {
 		return stream.Send(&agentv1.GetResponse{Msg: &agentv1.GetResponse_Data{Data: b}})
 	}, mode, 0)

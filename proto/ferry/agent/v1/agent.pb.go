@@ -1002,9 +1002,14 @@ type GetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Dir is where names are taken from; names are single path elements or
 	// "." for the directory's contents.
-	Dir           string      `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
-	Names         []string    `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
-	Compression   Compression `protobuf:"varint,3,opt,name=compression,proto3,enum=ferry.agent.v1.Compression" json:"compression,omitempty"`
+	Dir         string      `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	Names       []string    `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	Compression Compression `protobuf:"varint,3,opt,name=compression,proto3,enum=ferry.agent.v1.Compression" json:"compression,omitempty"`
+	// Files_only leaves out, instead of failing on, every name that is not
+	// a regular file (missing, a directory, a symlink) and a dir that is
+	// missing: the host learns which names came from the archive. It saves
+	// a pull its stat of the artifacts first.
+	FilesOnly     bool `protobuf:"varint,4,opt,name=files_only,json=filesOnly,proto3" json:"files_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1058,6 +1063,13 @@ func (x *GetRequest) GetCompression() Compression {
 		return x.Compression
 	}
 	return Compression_COMPRESSION_AUTO
+}
+
+func (x *GetRequest) GetFilesOnly() bool {
+	if x != nil {
+		return x.FilesOnly
+	}
+	return false
 }
 
 type GetResponse struct {
@@ -2349,12 +2361,14 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"wire_bytes\x18\x05 \x01(\x03R\twireBytes\":\n" +
 	"\vPutResponse\x12+\n" +
-	"\x05stats\x18\x01 \x01(\v2\x15.ferry.agent.v1.StatsR\x05stats\"s\n" +
+	"\x05stats\x18\x01 \x01(\v2\x15.ferry.agent.v1.StatsR\x05stats\"\x92\x01\n" +
 	"\n" +
 	"GetRequest\x12\x10\n" +
 	"\x03dir\x18\x01 \x01(\tR\x03dir\x12\x14\n" +
 	"\x05names\x18\x02 \x03(\tR\x05names\x12=\n" +
-	"\vcompression\x18\x03 \x01(\x0e2\x1b.ferry.agent.v1.CompressionR\vcompression\"_\n" +
+	"\vcompression\x18\x03 \x01(\x0e2\x1b.ferry.agent.v1.CompressionR\vcompression\x12\x1d\n" +
+	"\n" +
+	"files_only\x18\x04 \x01(\bR\tfilesOnly\"_\n" +
 	"\vGetResponse\x12\x14\n" +
 	"\x04data\x18\x01 \x01(\fH\x00R\x04data\x123\n" +
 	"\atrailer\x18\x02 \x01(\v2\x17.ferry.agent.v1.TrailerH\x00R\atrailerB\x05\n" +
