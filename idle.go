@@ -79,7 +79,11 @@ func (s Sandbox) watchIdle(ctx context.Context, op string) (context.Context, San
 	w := &idleWatch{op: op, timeout: timeout, base: time.Now(), cancel: cancel,
 		floor: max(1, int64(timeout.Seconds()*minIdleRate)),
 		stopc: make(chan struct{}), done: make(chan struct{})}
-	s.X = idleExecer{x: s.X, w: w}
+	// A handoff attached for good: the watch's own execs are counted as
+	// a kept connection's are (watchIdleVia).
+	h := &idleHandoff{}
+	h.attach(w)
+	s.X = handoffExecer{x: s.X, h: h}
 	go w.run(ctx, s.Name)
 	return ctx, s, w
 }
@@ -162,30 +166,6 @@ func (w *idleWatch) end(err error) error {
 		return fmt.Errorf("%s: %w", w.op, w.cause)
 	}
 	return err
-}
-
-// idleExecer counts what moves through each exec for an idleWatch.
-type idleExecer struct {
-	x relay.Execer
-	w *idleWatch
-}
-
-func (e idleExecer) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
-	c := *cmd
-	if c.Stdin != nil {
-		c.Stdin = progressReader{r: c.Stdin, w: e.w}
-	}
-	c.Stdout = progressWriter{w: c.Stdout, iw: e.w}
-	c.Stderr = progressWriter{w: c.Stderr, iw: e.w}
-	// An exec starting or ending is progress: idle time is counted
-	// from the last byte or the start of an exec, whichever is later.
-	e.w.touch()
-	e.w.running.Add(1)
-	defer func() {
-		e.w.touch()
-		e.w.running.Add(-1)
-	}()
-	return e.x.Exec(ctx, &c)
 }
 
 // progressReader is an exec's stdin: the relay reads it only as fast as it
@@ -323,6 +303,8 @@ func (e handoffExecer) Exec(ctx context.Context, cmd *relay.Command) (int, error
 	}
 	c.Stdout = progressWriter{w: c.Stdout, iw: e.h}
 	c.Stderr = progressWriter{w: c.Stderr, iw: e.h}
+	// An exec starting or ending is progress: idle time is counted
+	// from the last byte or the start of an exec, whichever is later.
 	e.h.started()
 	defer e.h.ended()
 	return e.x.Exec(ctx, &c)
