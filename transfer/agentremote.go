@@ -40,13 +40,21 @@ func (a agentRemote) statAll(ctx context.Context, paths []string) ([]archive.Kin
 	return out, nil
 }
 
+// intoIfDir: the agent takes UploadSpec.IntoIfDir.
+func (agentRemote) intoIfDir() {}
+
 func (a agentRemote) Upload(ctx context.Context, spec UploadSpec, fill Fill) (Stats, error) {
 	staging := archive.StagingPrefix + archive.RandomTag()
-	res, err := a.c.Put(ctx, agent.PutSpec{Dest: spec.Dest, Place: spec.Place, Compress: a.t.Compress, Staging: staging}, fill)
+	res, err := a.c.Put(ctx, agent.PutSpec{Dest: spec.Dest, Place: spec.Place, Compress: a.t.Compress, Staging: staging, IntoIfDir: spec.IntoIfDir}, fill)
 	a.t.LogStale("sandbox", spec.Dest, res.StaleStaging, nil)
 	if err != nil {
 		if a.c.Lost() {
-			RemoveStaging(ctx, a.t, path.Join(archive.StagingParent(spec.Dest, spec.Place), staging))
+			at := []string{path.Join(archive.StagingParent(spec.Dest, spec.Place), staging)}
+			if spec.IntoIfDir {
+				// The agent may have placed into dest instead.
+				at = append(at, path.Join(archive.StagingParent(spec.Dest, archive.PlaceInto), staging))
+			}
+			RemoveStaging(ctx, a.t, at...)
 		}
 		return Stats{}, err
 	}

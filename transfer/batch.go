@@ -24,6 +24,10 @@ type Step struct {
 	// box:dst").
 	Plan func(kind func(string) (archive.Kind, error)) (Placement, error)
 	Name string
+
+	// auto, when set, is the step's placement decided in the sandbox
+	// (autoPlan): no stat at all.
+	auto func(Remote) (Placement, bool)
 }
 
 // Placement is where a step's items go: one Put's destination,
@@ -32,6 +36,8 @@ type Placement struct {
 	Dest  string
 	Place archive.Placement
 	Items []Item
+	// IntoIfDir is UploadSpec's: the agent decides into or as.
+	IntoIfDir bool
 }
 
 // StepError is the failure of UploadSteps' steps at Steps (indexes), in
@@ -58,6 +64,10 @@ func UploadStep(name string, srcs []string, dst string) (Step, error) {
 			return Placement{Dest: pl.dest, Place: pl.place, Items: pl.items}, err
 		},
 		Name: uploadLabel(name, dst),
+		auto: func(r Remote) (Placement, bool) {
+			pl, ok := autoPlan(r, sources, dst)
+			return Placement{Dest: pl.dest, Place: pl.place, Items: pl.items, IntoIfDir: pl.intoIfDir}, ok
+		},
 	}, nil
 }
 
@@ -85,6 +95,9 @@ func UploadSteps(ctx context.Context, r Remote, steps []Step) (Stats, error) {
 	sa, ok := r.(statAller)
 	if !ok {
 		return uploadOneByOne(ctx, r, steps)
+	}
+	if puts, ok := autoPuts(r, steps); ok {
+		return runPuts(ctx, r, puts)
 	}
 	var paths []string
 	seen := map[string]bool{}
@@ -144,6 +157,30 @@ func UploadSteps(ctx context.Context, r Remote, steps []Step) (Stats, error) {
 		puts = join(puts, pl, i, s.Name)
 	}
 	return runPuts(ctx, r, puts)
+}
+
+// autoPuts are steps' Puts when each can be placed by the agent
+// (autoPlan) and no two touch related paths: then nothing is statted and
+// the Puts run at once. Related steps depend on what the ones before
+// them placed, which is not known without a stat.
+func autoPuts(r Remote, steps []Step) ([]*put, bool) {
+	var puts []*put
+	for i, s := range steps {
+		if s.auto == nil {
+			return nil, false
+		}
+		pl, ok := s.auto(r)
+		if !ok {
+			return nil, false
+		}
+		for _, q := range puts {
+			if related(q.Dest, pl.Dest) {
+				return nil, false
+			}
+		}
+		puts = append(puts, &put{Placement: pl, steps: []int{i}, names: []string{s.Name}})
+	}
+	return puts, len(puts) > 0
 }
 
 // uploadOneByOne is UploadSteps without a batched stat: each step asks
@@ -446,7 +483,7 @@ func runPuts(ctx context.Context, r Remote, puts []*put) (Stats, error) {
 var errSkipped = errors.New("skipped")
 
 func runPut(ctx context.Context, r Remote, p *put) (Stats, error) {
-	st, err := putPlan(ctx, r, plan{dest: p.Dest, place: p.Place, items: p.Items}, strings.Join(p.names, " and "))
+	st, err := putPlan(ctx, r, plan{dest: p.Dest, place: p.Place, items: p.Items, intoIfDir: p.IntoIfDir}, strings.Join(p.names, " and "))
 	if err != nil {
 		return st, &StepError{Steps: p.steps, Err: err}
 	}

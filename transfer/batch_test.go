@@ -77,6 +77,12 @@ func (d *dirRemote) Upload(ctx context.Context, spec UploadSpec, fill Fill) (Sta
 	}()
 	time.Sleep(d.putWait)
 	dest := filepath.Join(d.root, spec.Dest)
+	if spec.IntoIfDir {
+		// As the agent decides it.
+		if fi, err := os.Stat(dest); err == nil && fi.IsDir() {
+			spec.Place = archive.PlaceInto
+		}
+	}
 	if spec.Place != archive.PlaceInto {
 		if err := os.MkdirAll(filepath.Dir(filepath.Clean(dest)), 0o777); err != nil {
 			return Stats{}, err
@@ -103,6 +109,12 @@ func (d *dirRemote) Download(context.Context, DownloadSpec) (Stats, error) {
 func (d *dirRemote) Present(context.Context, string, []string) ([]string, error) {
 	return nil, errors.New("no present here")
 }
+
+// autoRemote is a dirRemote that places as UploadSpec.IntoIfDir says,
+// as the agent does.
+type autoRemote struct{ *dirRemote }
+
+func (autoRemote) intoIfDir() {}
 
 // noBatch is a dirRemote without batched stats: POSIX mode's path.
 type noBatch struct{ d *dirRemote }
@@ -137,17 +149,18 @@ func TestUploadSteps(t *testing.T) {
 		jobs     []job
 		statAlls int32
 		puts     int32
-		most     int // Puts at once
-		failStep int // -1: none
+		most     int  // Puts at once
+		failStep int  // -1: none
+		auto     bool // every job single, unrelated: placed by the agent
 	}{
-		{"run dir", nil, []job{{"instructions.md", "work/instructions.md"}, {"context", "work/context"}}, 1, 1, 1, -1},
-		{"into an existing dir", map[string]string{"work/": "", "work/old": "old"}, []job{{"instructions.md", "work/instructions.md"}, {"context", "work/context"}, {"context", "work/"}}, 1, 2, 1, -1},
-		{"unrelated", nil, []job{{"instructions.md", "a/x"}, {"context", "b/ctx"}}, 1, 2, 2, -1},
-		{"inside an uploaded tree", nil, []job{{"context", "work"}, {"instructions.md", "work/sub/new.md"}, {"instructions.md", "work/sub"}}, 2, 2, 1, -1},
-		{"one name twice", nil, []job{{"instructions.md", "work/a"}, {"other.md", "work/a"}}, 1, 2, 1, -1},
-		{"a dir into the dir it made", nil, []job{{"context", "out"}, {"context", "out"}}, 1, 2, 1, -1},
-		{"contents", map[string]string{"w/": ""}, []job{{"context/.", "w"}, {"instructions.md", "w/i.md"}}, 1, 2, 1, -1},
-		{"over a file", map[string]string{"x": "file"}, []job{{"instructions.md", "y/i.md"}, {"other.md", "x/o.md"}}, 1, 1, 1, 1},
+		{"run dir", nil, []job{{"instructions.md", "work/instructions.md"}, {"context", "work/context"}}, 1, 1, 1, -1, true},
+		{"into an existing dir", map[string]string{"work/": "", "work/old": "old"}, []job{{"instructions.md", "work/instructions.md"}, {"context", "work/context"}, {"context", "work/"}}, 1, 2, 1, -1, false},
+		{"unrelated", nil, []job{{"instructions.md", "a/x"}, {"context", "b/ctx"}}, 1, 2, 2, -1, true},
+		{"inside an uploaded tree", nil, []job{{"context", "work"}, {"instructions.md", "work/sub/new.md"}, {"instructions.md", "work/sub"}}, 2, 2, 1, -1, false},
+		{"one name twice", nil, []job{{"instructions.md", "work/a"}, {"other.md", "work/a"}}, 1, 2, 1, -1, false},
+		{"a dir into the dir it made", nil, []job{{"context", "out"}, {"context", "out"}}, 1, 2, 1, -1, false},
+		{"contents", map[string]string{"w/": ""}, []job{{"context/.", "w"}, {"instructions.md", "w/i.md"}}, 1, 2, 1, -1, false},
+		{"over a file", map[string]string{"x": "file"}, []job{{"instructions.md", "y/i.md"}, {"other.md", "x/o.md"}}, 1, 1, 1, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			local := t.TempDir()
@@ -195,11 +208,15 @@ func TestUploadSteps(t *testing.T) {
 			if wantFail != tc.failStep {
 				t.Fatalf("one by one, step %d failed, want %d", wantFail, tc.failStep)
 			}
-			for _, batched := range []bool{true, false} {
+			for _, how := range []string{"batched", "one by one", "auto"} {
+				batched := how != "one by one"
 				d := &dirRemote{root: sandbox(), putWait: 20 * time.Millisecond}
 				var r Remote = d
-				if !batched {
+				switch how {
+				case "one by one":
 					r = noBatch{d}
+				case "auto":
+					r = autoRemote{d}
 				}
 				var steps []Step
 				for _, j := range tc.jobs {
@@ -224,14 +241,19 @@ func TestUploadSteps(t *testing.T) {
 				if !batched {
 					continue
 				}
-				if got := d.statAlls.Load(); got != tc.statAlls {
-					t.Errorf("%d batched stats, want %d", got, tc.statAlls)
+				statAlls, puts, most := tc.statAlls, tc.puts, tc.most
+				if how == "auto" && tc.auto {
+					// The agent places each: no stat, one Put each, at once.
+					statAlls, puts, most = 0, int32(len(tc.jobs)), len(tc.jobs)
 				}
-				if got := d.puts.Load(); got != tc.puts {
-					t.Errorf("%d Puts, want %d", got, tc.puts)
+				if got := d.statAlls.Load(); got != statAlls {
+					t.Errorf("%s: %d batched stats, want %d", how, got, statAlls)
 				}
-				if d.most != tc.most {
-					t.Errorf("%d Puts at once, want %d", d.most, tc.most)
+				if got := d.puts.Load(); got != puts {
+					t.Errorf("%s: %d Puts, want %d", how, got, puts)
+				}
+				if d.most != most {
+					t.Errorf("%s: %d Puts at once, want %d", how, d.most, most)
 				}
 			}
 		})

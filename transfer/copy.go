@@ -28,6 +28,9 @@ func Upload(ctx context.Context, r Remote, srcs []string, dst string) (Stats, er
 	if err != nil {
 		return Stats{}, err
 	}
+	if pl, ok := autoPlan(r, sources, dst); ok {
+		return putPlan(ctx, r, pl, uploadLabel(name, dst))
+	}
 	// A destination is followed through a symlink, as cp does.
 	kind := func(p string) (archive.Kind, error) {
 		k, err := r.Stat(ctx, p, true)
@@ -42,6 +45,25 @@ func Upload(ctx context.Context, r Remote, srcs []string, dst string) (Stats, er
 	}
 	return putPlan(ctx, r, pl, uploadLabel(name, dst))
 }
+
+// autoPlan is the plan of an upload whose placement the agent can decide
+// where dst is, with no stat of it first (UploadSpec.IntoIfDir): one
+// source, not a directory's contents, and dst without a trailing slash.
+// Into dst when it is a directory, else as dst: planUpload's outcomes,
+// with dst's missing parents made as in POSIX mode.
+func autoPlan(r Remote, sources []source, dst string) (plan, bool) {
+	if _, ok := r.(intoIfDirer); !ok || len(sources) != 1 || contents(sources[0].path) ||
+		strings.HasSuffix(dst, "/") || path.Clean(dst) == "." || path.Clean(dst) == "/" {
+		return plan{}, false
+	}
+	s := sources[0]
+	return plan{dest: dst, place: archive.PlaceAs, intoIfDir: true,
+		items: []Item{{s.path, filepath.Base(filepath.Clean(s.path))}}}, true
+}
+
+// intoIfDirer is a Remote that places an upload into its destination if
+// that is a directory, else as it (agent mode).
+type intoIfDirer interface{ intoIfDir() }
 
 // uploadLabel names an upload to dst in sandbox name, for errors.
 func uploadLabel(name, dst string) string { return fmt.Sprintf("upload to %s:%s", name, dst) }
@@ -69,9 +91,10 @@ func lstatSources(srcs []string) ([]source, error) {
 
 // plan is where an upload's items land: one Put.
 type plan struct {
-	dest  string
-	place archive.Placement
-	items []Item
+	dest      string
+	place     archive.Placement
+	items     []Item
+	intoIfDir bool // PlaceAs, or into dest if it is a directory (autoPlan)
 }
 
 // uploadStats are the sandbox paths planUpload may ask the kind of, for
@@ -149,7 +172,7 @@ func putPlan(ctx context.Context, r Remote, pl plan, label string) (Stats, error
 		}
 		want += n
 	}
-	cs, err := r.Upload(ctx, UploadSpec{Dest: pl.dest, Place: pl.place, Entries: want}, Items(ctx, pl.items...))
+	cs, err := r.Upload(ctx, UploadSpec{Dest: pl.dest, Place: pl.place, Entries: want, IntoIfDir: pl.intoIfDir}, Items(ctx, pl.items...))
 	if err != nil {
 		return Stats{}, fmt.Errorf("%s: %w", label, err)
 	}

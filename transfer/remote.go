@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"strings"
 	"time"
@@ -74,6 +75,10 @@ type UploadSpec struct {
 	// Symlinks of the writer's Stats), which the sandbox must count too:
 	// fewer is ErrShort.
 	Entries int64
+	// IntoIfDir, with Place PlaceAs, places into Dest instead when Dest is
+	// a directory, decided in the sandbox: a copy's destination without a
+	// stat first. Agent mode only (Remote.IntoIfDir).
+	IntoIfDir bool
 }
 
 // DownloadSpec is what a Remote's Download takes, and where to.
@@ -176,20 +181,29 @@ func Open(ctx context.Context, t Target) (Remote, error) {
 // reached keeps it (a hidden directory beside the destination, never the
 // destination), until the next transfer that stages in the same directory
 // finds it stale and removes it.
-func RemoveStaging(ctx context.Context, t Target, p string) {
+//
+// Several paths are the places the directory may be in (an upload whose
+// agent chose between two); one that is not there is no error.
+func RemoveStaging(ctx context.Context, t Target, paths ...string) {
 	log := t.log()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeStagingWait)
 	defer cancel()
 	c, _, err := agent.Dial(ctx, agent.DialConfig{X: t.X, Sandbox: t.Name, Bundle: t.Agents, Logger: log})
-	if err == nil {
-		err = c.Remove(ctx, p)
-		c.Close()
-	}
 	if err != nil {
-		log.Warn("cannot remove the staging directory of a failed upload now; the next transfer into its directory will", "sandbox", t.Name, "path", p, "err", err)
+		log.Warn("cannot remove the staging directory of a failed upload now; the next transfer into its directory will", "sandbox", t.Name, "paths", paths, "err", err)
 		return
 	}
-	log.Debug("removed the staging directory of a failed upload", "sandbox", t.Name, "path", p)
+	defer c.Close()
+	for _, p := range paths {
+		err := c.Remove(ctx, p)
+		if err != nil && !(len(paths) > 1 && errors.Is(err, fs.ErrNotExist)) {
+			log.Warn("cannot remove the staging directory of a failed upload now; the next transfer into its directory will", "sandbox", t.Name, "path", p, "err", err)
+			continue
+		}
+		if err == nil {
+			log.Debug("removed the staging directory of a failed upload", "sandbox", t.Name, "path", p)
+		}
+	}
 }
 
 // removeStagingWait bounds RemoveStaging.

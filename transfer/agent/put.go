@@ -29,6 +29,11 @@ type PutSpec struct {
 	// (see archive.ExtractOptions.Staging), so that a host whose agent
 	// died mid-put can remove it through another connection.
 	Staging string
+	// IntoIfDir, with Place PlaceAs, places into Dest instead when Dest
+	// is a directory (a symlink to one followed), as a copy does: the
+	// agent decides, which saves a stat of Dest first. The staging
+	// directory is then in Dest, or beside it.
+	IntoIfDir bool
 }
 
 // Put streams a tree to the agent, which extracts it at spec.Dest and
@@ -66,7 +71,7 @@ func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *archive.Wri
 		}
 		return c.callErr(op, err)
 	}
-	hdr := &agentv1.PutHeader{Dest: spec.Dest, Place: place, Limits: wire.LimitsToProto(spec.Limits), Staging: spec.Staging}
+	hdr := &agentv1.PutHeader{Dest: spec.Dest, Place: place, Limits: wire.LimitsToProto(spec.Limits), Staging: spec.Staging, IntoIfDir: spec.IntoIfDir}
 	if err := stream.Send(&agentv1.PutRequest{Msg: &agentv1.PutRequest_Header{Header: hdr}}); err != nil {
 		return Result{}, ended()
 	}

@@ -470,3 +470,65 @@ func noise(n int) []byte {
 	rand.NewChaCha8([32]byte{7}).Read(b)
 	return b
 }
+
+// TestPutIntoIfDir: with IntoIfDir, the agent places the archive's one
+// entry into dest when dest is a directory (a symlink to one followed),
+// and as dest otherwise, making missing parents; a directory over a file
+// is refused with the file left alone; and IntoIfDir with any placement
+// but PlaceAs is refused.
+func TestPutIntoIfDir(t *testing.T) {
+	c, ws := inProcess(t)
+	src := t.TempDir()
+	mustFile(t, filepath.Join(src, "f.txt"), "new")
+	mustFile(t, filepath.Join(src, "d", "inner"), "in")
+	mustFile(t, filepath.Join(ws, "existing", "keep"), "k")
+	mustFile(t, filepath.Join(ws, "file"), "old")
+	if err := os.Symlink("existing", filepath.Join(ws, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, item, dest string
+		place            archive.Placement
+		check            string // a file that must hold want afterwards
+		want             string
+		sentinel         error
+	}{
+		{"file into a dir", "f.txt", "existing", archive.PlaceAs, "existing/f.txt", "new", nil},
+		{"file as a missing path", "f.txt", "fresh/deeper/g.txt", archive.PlaceAs, "fresh/deeper/g.txt", "new", nil},
+		{"file over a file", "f.txt", "file", archive.PlaceAs, "file", "new", nil},
+		{"dir into a symlinked dir", "d", "link", archive.PlaceAs, "existing/d/inner", "in", nil},
+		{"dir as a missing path", "d", "newdir", archive.PlaceAs, "newdir/inner", "in", nil},
+		{"dir over a file", "d", "file", archive.PlaceAs, "file", "new", fs.ErrExist},
+		{"not with PlaceNew", "f.txt", "other", archive.PlaceNew, "", "", errInvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.Put(context.Background(), agent.PutSpec{Dest: tc.dest, Place: tc.place, IntoIfDir: true}, addAll(filepath.Join(src, tc.item), tc.item))
+			var re *agent.RemoteError
+			switch {
+			case tc.sentinel == errInvalidArgument:
+				if !errors.As(err, &re) || re.Code != codes.InvalidArgument {
+					t.Fatalf("err = %v, want InvalidArgument", err)
+				}
+			case tc.sentinel != nil:
+				if !errors.Is(err, tc.sentinel) {
+					t.Fatalf("err = %v, want %v", err, tc.sentinel)
+				}
+			case err != nil:
+				t.Fatal(err)
+			}
+			if tc.check == "" {
+				return
+			}
+			got, err := os.ReadFile(filepath.Join(ws, tc.check))
+			if err != nil || string(got) != tc.want {
+				t.Errorf("%s = %q, %v; want %q", tc.check, got, err, tc.want)
+			}
+		})
+	}
+	if got, err := os.ReadFile(filepath.Join(ws, "existing", "keep")); err != nil || string(got) != "k" {
+		t.Errorf("existing/keep = %q, %v", got, err)
+	}
+}
+
+// errInvalidArgument stands for a refusal of the request itself.
+var errInvalidArgument = errors.New("invalid argument")

@@ -37,6 +37,16 @@ func (s *server) put(stream agentv1.Agent_PutServer) (*agentv1.Stats, error) {
 		return nil, err
 	}
 	dest := s.abs(h.GetDest())
+	if h.GetIntoIfDir() {
+		if place != archive.PlaceAs {
+			return nil, status.Errorf(codes.InvalidArgument, "put %s: into_if_dir with placement %v", h.GetDest(), place)
+		}
+		// Followed, as a copy's destination is: a symlink to a
+		// directory takes the archive into the directory.
+		if fi, err := os.Stat(dest); err == nil && fi.IsDir() {
+			place = archive.PlaceInto
+		}
+	}
 	// The errors below name dest or the entry at fault.
 	if err := prepareDest(dest, place); err != nil {
 		return nil, err

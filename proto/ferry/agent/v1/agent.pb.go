@@ -689,7 +689,12 @@ type PutHeader struct {
 	// Staging, when set, names the staging directory the agent creates
 	// beside dest (a ".ferry-staging-" name, one path element): chosen by
 	// the host so that, when the agent dies mid-put, the host can remove it.
-	Staging       string `protobuf:"bytes,4,opt,name=staging,proto3" json:"staging,omitempty"`
+	Staging string `protobuf:"bytes,4,opt,name=staging,proto3" json:"staging,omitempty"`
+	// Into_if_dir, with place PLACEMENT_AS, places the archive into dest
+	// instead when dest is a directory (a symlink to one followed): a copy's
+	// "into an existing directory, else as the new name", decided where
+	// dest is, which saves the host its stat of dest first.
+	IntoIfDir     bool `protobuf:"varint,5,opt,name=into_if_dir,json=intoIfDir,proto3" json:"into_if_dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -750,6 +755,13 @@ func (x *PutHeader) GetStaging() string {
 		return x.Staging
 	}
 	return ""
+}
+
+func (x *PutHeader) GetIntoIfDir() bool {
+	if x != nil {
+		return x.IntoIfDir
+	}
+	return false
 }
 
 // Trailer closes a tree's stream: what the sender put into it.
@@ -2338,12 +2350,13 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x19.ferry.agent.v1.PutHeaderH\x00R\x06header\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x123\n" +
 	"\atrailer\x18\x03 \x01(\v2\x17.ferry.agent.v1.TrailerH\x00R\atrailerB\x05\n" +
-	"\x03msg\"\x9a\x01\n" +
+	"\x03msg\"\xba\x01\n" +
 	"\tPutHeader\x12\x12\n" +
 	"\x04dest\x18\x01 \x01(\tR\x04dest\x12/\n" +
 	"\x05place\x18\x02 \x01(\x0e2\x19.ferry.agent.v1.PlacementR\x05place\x12.\n" +
 	"\x06limits\x18\x03 \x01(\v2\x16.ferry.agent.v1.LimitsR\x06limits\x12\x18\n" +
-	"\astaging\x18\x04 \x01(\tR\astaging\"k\n" +
+	"\astaging\x18\x04 \x01(\tR\astaging\x12\x1e\n" +
+	"\vinto_if_dir\x18\x05 \x01(\bR\tintoIfDir\"k\n" +
 	"\aTrailer\x12\x18\n" +
 	"\aentries\x18\x01 \x01(\x03R\aentries\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x120\n" +
