@@ -63,7 +63,11 @@ func (a agentRemote) Upload(ctx context.Context, spec UploadSpec, fill Fill) (St
 		// is what was sent, but it is not what was counted.
 		return Stats{}, fmt.Errorf("%w: %d entries counted, %d sent", ErrShort, want, res.Entries)
 	}
-	return StatsOf(res), nil
+	st := StatsOf(res)
+	if spec.IntoIfDir && spec.SrcIsDir && !res.PlacedInto && st.Dirs > 0 {
+		st.Dirs--
+	}
+	return st, nil
 }
 
 func (a agentRemote) Download(ctx context.Context, spec DownloadSpec) (Stats, error) {

@@ -36,8 +36,9 @@ type Placement struct {
 	Dest  string
 	Place archive.Placement
 	Items []Item
-	// IntoIfDir is UploadSpec's: the agent decides into or as.
-	IntoIfDir bool
+	// IntoIfDir and SrcIsDir are UploadSpec's: the agent decides into
+	// or as.
+	IntoIfDir, SrcIsDir bool
 }
 
 // StepError is the failure of UploadSteps' steps at Steps (indexes), in
@@ -66,7 +67,7 @@ func UploadStep(name string, srcs []string, dst string) (Step, error) {
 		Name: uploadLabel(name, dst),
 		auto: func(r Remote) (Placement, bool) {
 			pl, ok := autoPlan(r, sources, dst)
-			return Placement{Dest: pl.dest, Place: pl.place, Items: pl.items, IntoIfDir: pl.intoIfDir}, ok
+			return Placement{Dest: pl.dest, Place: pl.place, Items: pl.items, IntoIfDir: pl.intoIfDir, SrcIsDir: pl.srcIsDir}, ok
 		},
 	}, nil
 }
@@ -483,7 +484,7 @@ func runPuts(ctx context.Context, r Remote, puts []*put) (Stats, error) {
 var errSkipped = errors.New("skipped")
 
 func runPut(ctx context.Context, r Remote, p *put) (Stats, error) {
-	st, err := putPlan(ctx, r, plan{dest: p.Dest, place: p.Place, items: p.Items, intoIfDir: p.IntoIfDir}, strings.Join(p.names, " and "))
+	st, err := putPlan(ctx, r, plan{dest: p.Dest, place: p.Place, items: p.Items, intoIfDir: p.IntoIfDir, srcIsDir: p.SrcIsDir}, strings.Join(p.names, " and "))
 	if err != nil {
 		return st, &StepError{Steps: p.steps, Err: err}
 	}

@@ -57,7 +57,7 @@ func autoPlan(r Remote, sources []source, dst string) (plan, bool) {
 		return plan{}, false
 	}
 	s := sources[0]
-	return plan{dest: dst, place: archive.PlaceAs, intoIfDir: true,
+	return plan{dest: dst, place: archive.PlaceAs, intoIfDir: true, srcIsDir: s.info.IsDir(),
 		items: []Item{{s.path, filepath.Base(filepath.Clean(s.path))}}}, true
 }
 
@@ -95,6 +95,7 @@ type plan struct {
 	place     archive.Placement
 	items     []Item
 	intoIfDir bool // PlaceAs, or into dest if it is a directory (autoPlan)
+	srcIsDir  bool // intoIfDir's one item is a directory
 }
 
 // uploadStats are the sandbox paths planUpload may ask the kind of, for
@@ -172,7 +173,7 @@ func putPlan(ctx context.Context, r Remote, pl plan, label string) (Stats, error
 		}
 		want += n
 	}
-	cs, err := r.Upload(ctx, UploadSpec{Dest: pl.dest, Place: pl.place, Entries: want, IntoIfDir: pl.intoIfDir}, Items(ctx, pl.items...))
+	cs, err := r.Upload(ctx, UploadSpec{Dest: pl.dest, Place: pl.place, Entries: want, IntoIfDir: pl.intoIfDir, SrcIsDir: pl.srcIsDir}, Items(ctx, pl.items...))
 	if err != nil {
 		return Stats{}, fmt.Errorf("%s: %w", label, err)
 	}

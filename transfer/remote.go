@@ -79,6 +79,10 @@ type UploadSpec struct {
 	// a directory, decided in the sandbox: a copy's destination without a
 	// stat first. Agent mode only (Remote.IntoIfDir).
 	IntoIfDir bool
+	// SrcIsDir, with IntoIfDir, says the one top-level entry is a
+	// directory: placed as Dest, it is Dest itself and not counted, as a
+	// directory's root entry is not when its contents become Dest.
+	SrcIsDir bool
 }
 
 // DownloadSpec is what a Remote's Download takes, and where to.

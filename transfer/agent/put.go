@@ -107,7 +107,7 @@ func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *archive.Wri
 	if err != nil {
 		return Result{}, c.callErr(op, err)
 	}
-	res := Result{Stats: t.Tar.Stats(), WireBytes: t.Chunks.Wire, Entries: trailer.GetEntries(), StaleStaging: staleCount(stream.Trailer())}
+	res := Result{Stats: t.Tar.Stats(), WireBytes: t.Chunks.Wire, Entries: trailer.GetEntries(), StaleStaging: staleCount(stream.Trailer()), PlacedInto: spec.IntoIfDir && resp.GetPlacedInto()}
 	// The agent checked the trailer; a count it reports otherwise is an
 	// agent that placed something else.
 	if as := resp.GetStats(); as.GetFiles() != res.Files || as.GetDirs() != res.Dirs || as.GetSymlinks() != res.Symlinks || as.GetBytes() != res.Bytes {

@@ -22,6 +22,9 @@ type Result struct {
 	// staged in (see archive.RemoveStaleStaging): the agent, for Put
 	// and Restore, as it reports it; the host, for Get.
 	StaleStaging int
+	// PlacedInto: a Put with IntoIfDir found Dest a directory and placed
+	// into it.
+	PlacedInto bool
 }
 
 // opPaths names an operation on paths for an error.

@@ -15,41 +15,41 @@ import (
 )
 
 func (s *server) Put(stream agentv1.Agent_PutServer) error {
-	st, err := s.put(stream)
+	st, into, err := s.put(stream)
 	if err != nil {
 		return wire.ToStatus(err)
 	}
-	return stream.SendAndClose(&agentv1.PutResponse{Stats: st})
+	return stream.SendAndClose(&agentv1.PutResponse{Stats: st, PlacedInto: into})
 }
 
-func (s *server) put(stream agentv1.Agent_PutServer) (*agentv1.Stats, error) {
+func (s *server) put(stream agentv1.Agent_PutServer) (_ *agentv1.Stats, into bool, err error) {
 	ctx := stream.Context()
 	first, err := stream.Recv()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	h := first.GetHeader()
 	if h == nil {
-		return nil, status.Error(codes.InvalidArgument, "put: the first message is not a header")
+		return nil, false, status.Error(codes.InvalidArgument, "put: the first message is not a header")
 	}
 	place, lim, err := destHeader("put", h.GetDest(), h.GetPlace(), h.GetLimits())
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	dest := s.abs(h.GetDest())
 	if h.GetIntoIfDir() {
 		if place != archive.PlaceAs {
-			return nil, status.Errorf(codes.InvalidArgument, "put %s: into_if_dir with placement %v", h.GetDest(), place)
+			return nil, false, status.Errorf(codes.InvalidArgument, "put %s: into_if_dir with placement %v", h.GetDest(), place)
 		}
 		// Followed, as a copy's destination is: a symlink to a
 		// directory takes the archive into the directory.
 		if fi, err := os.Stat(dest); err == nil && fi.IsDir() {
-			place = archive.PlaceInto
+			place, into = archive.PlaceInto, true
 		}
 	}
 	// The errors below name dest or the entry at fault.
 	if err := prepareDest(dest, place); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	msgs := &wire.MsgReader{Owned: true, Recv: func() ([]byte, *agentv1.Trailer, error) {
 		m, err := stream.Recv()
@@ -74,9 +74,9 @@ func (s *server) put(stream agentv1.Agent_PutServer) (*agentv1.Stats, error) {
 		OnStale: s.reportStale(stream, "put", h.GetDest()),
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return &agentv1.Stats{Files: xs.Files, Dirs: xs.Dirs, Symlinks: xs.Symlinks, Bytes: xs.Bytes, WireBytes: msgs.Wire}, nil
+	return &agentv1.Stats{Files: xs.Files, Dirs: xs.Dirs, Symlinks: xs.Symlinks, Bytes: xs.Bytes, WireBytes: msgs.Wire}, into, nil
 }
 
 // destHeader checks the destination, placement and limits a Put or

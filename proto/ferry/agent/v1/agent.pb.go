@@ -967,8 +967,11 @@ func (x *Stats) GetWireBytes() int64 {
 }
 
 type PutResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stats         *Stats                 `protobuf:"bytes,1,opt,name=stats,proto3" json:"stats,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Stats *Stats                 `protobuf:"bytes,1,opt,name=stats,proto3" json:"stats,omitempty"`
+	// Placed_into says that a header's into_if_dir found dest a directory
+	// and placed the archive into it, not as dest.
+	PlacedInto    bool `protobuf:"varint,2,opt,name=placed_into,json=placedInto,proto3" json:"placed_into,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1008,6 +1011,13 @@ func (x *PutResponse) GetStats() *Stats {
 		return x.Stats
 	}
 	return nil
+}
+
+func (x *PutResponse) GetPlacedInto() bool {
+	if x != nil {
+		return x.PlacedInto
+	}
+	return false
 }
 
 type GetRequest struct {
@@ -2372,9 +2382,11 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\bsymlinks\x18\x03 \x01(\x03R\bsymlinks\x12\x14\n" +
 	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\x12\x1d\n" +
 	"\n" +
-	"wire_bytes\x18\x05 \x01(\x03R\twireBytes\":\n" +
+	"wire_bytes\x18\x05 \x01(\x03R\twireBytes\"[\n" +
 	"\vPutResponse\x12+\n" +
-	"\x05stats\x18\x01 \x01(\v2\x15.ferry.agent.v1.StatsR\x05stats\"\x92\x01\n" +
+	"\x05stats\x18\x01 \x01(\v2\x15.ferry.agent.v1.StatsR\x05stats\x12\x1f\n" +
+	"\vplaced_into\x18\x02 \x01(\bR\n" +
+	"placedInto\"\x92\x01\n" +
 	"\n" +
 	"GetRequest\x12\x10\n" +
 	"\x03dir\x18\x01 \x01(\tR\x03dir\x12\x14\n" +
