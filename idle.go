@@ -68,24 +68,7 @@ type idleWatch struct {
 // has returned when end does) and turns the error of a transfer that the
 // watchdog cancelled into the ErrIdle one.
 func (s Sandbox) watchIdle(ctx context.Context, op string) (context.Context, Sandbox, *idleWatch) {
-	timeout := s.IdleTimeout
-	if timeout == 0 {
-		timeout = DefaultIdleTimeout
-	}
-	if timeout < 0 {
-		return ctx, s, nil
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	w := &idleWatch{op: op, timeout: timeout, base: time.Now(), cancel: cancel,
-		floor: max(1, int64(timeout.Seconds()*minIdleRate)),
-		stopc: make(chan struct{}), done: make(chan struct{})}
-	// A handoff attached for good: the watch's own execs are counted as
-	// a kept connection's are (watchIdleVia).
-	h := &idleHandoff{}
-	h.attach(w)
-	s.X = handoffExecer{x: s.X, h: h}
-	go w.run(ctx, s.Name)
-	return ctx, s, w
+	return s.watchIdleVia(ctx, op, &idleHandoff{})
 }
 
 func (w *idleWatch) run(ctx context.Context, sandbox string) {
@@ -172,7 +155,7 @@ func (w *idleWatch) end(err error) error {
 // forwards it, so a read is a byte moved.
 type progressReader struct {
 	r io.Reader
-	w meter
+	w *idleHandoff
 }
 
 func (p progressReader) Read(b []byte) (int, error) {
@@ -187,11 +170,8 @@ func (p progressReader) Read(b []byte) (int, error) {
 // relay.Command.
 type progressWriter struct {
 	w  io.Writer
-	iw meter
+	iw *idleHandoff
 }
-
-// meter is what progress is counted for: a watch, or a handoff to one.
-type meter interface{ moved(n int) }
 
 func (p progressWriter) Write(b []byte) (int, error) {
 	if len(b) > 0 {
@@ -211,8 +191,8 @@ func (p progressWriter) Write(b []byte) (int, error) {
 // execs, so none can end them as idle. The zero value is ready to use;
 // it is safe for concurrent use.
 type idleHandoff struct {
-	mu      sync.Mutex
-	w       *idleWatch
+	mu      sync.Mutex // over w's changes and running
+	w       atomic.Pointer[idleWatch]
 	running int32 // execs in flight through the handoff
 }
 
@@ -221,13 +201,20 @@ type idleHandoff struct {
 // if they had started with it. The caller detaches h (h.detach) when the
 // transfer ends, before h is attached to another watch.
 func (s Sandbox) watchIdleVia(ctx context.Context, op string, h *idleHandoff) (context.Context, Sandbox, *idleWatch) {
-	x := s.X
-	ctx, s, w := s.watchIdle(ctx, op)
-	if w == nil {
+	timeout := s.IdleTimeout
+	if timeout == 0 {
+		timeout = DefaultIdleTimeout
+	}
+	if timeout < 0 {
 		return ctx, s, nil
 	}
-	s.X = handoffExecer{x: x, h: h}
+	ctx, cancel := context.WithCancelCause(ctx)
+	w := &idleWatch{op: op, timeout: timeout, base: time.Now(), cancel: cancel,
+		floor: max(1, int64(timeout.Seconds()*minIdleRate)),
+		stopc: make(chan struct{}), done: make(chan struct{})}
+	s.X = handoffExecer{x: s.X, h: h}
 	h.attach(w)
+	go w.run(ctx, s.Name)
 	return ctx, s, w
 }
 
@@ -235,7 +222,7 @@ func (s Sandbox) watchIdleVia(ctx context.Context, op string, h *idleHandoff) (c
 func (h *idleHandoff) attach(w *idleWatch) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.w = w
+	h.w.Store(w)
 	w.running.Add(h.running)
 	w.touch()
 }
@@ -247,17 +234,9 @@ func (h *idleHandoff) detach() {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.w != nil {
-		h.w.running.Add(-h.running)
-		h.w = nil
+	if w := h.w.Swap(nil); w != nil {
+		w.running.Add(-h.running)
 	}
-}
-
-// watch is h's current watch, nil between transfers.
-func (h *idleHandoff) watch() *idleWatch {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.w
 }
 
 // started and ended count an exec in and out of h and its watch, each
@@ -266,9 +245,9 @@ func (h *idleHandoff) started() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.running++
-	if h.w != nil {
-		h.w.touch()
-		h.w.running.Add(1)
+	if w := h.w.Load(); w != nil {
+		w.touch()
+		w.running.Add(1)
 	}
 }
 
@@ -276,15 +255,16 @@ func (h *idleHandoff) ended() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.running--
-	if h.w != nil {
-		h.w.touch()
-		h.w.running.Add(-1)
+	if w := h.w.Load(); w != nil {
+		w.touch()
+		w.running.Add(-1)
 	}
 }
 
-// moved counts n bytes for the current watch, if any.
+// moved counts n bytes for the current watch, if any: on every read and
+// write of an exec's streams, so without h's lock.
 func (h *idleHandoff) moved(n int) {
-	if w := h.watch(); w != nil {
+	if w := h.w.Load(); w != nil {
 		w.moved(n)
 	}
 }
