@@ -37,7 +37,7 @@ type Placement struct {
 	Place archive.Placement
 	Items []Item
 	// IntoIfDir and SrcIsDir are UploadSpec's: the agent decides into
-	// or as.
+	// or as (autoPlan).
 	IntoIfDir, SrcIsDir bool
 }
 
@@ -61,14 +61,10 @@ func UploadStep(name string, srcs []string, dst string) (Step, error) {
 	return Step{
 		Stat: uploadStats(dst),
 		Plan: func(kind func(string) (archive.Kind, error)) (Placement, error) {
-			pl, err := planUpload(name, sources, dst, kind)
-			return Placement{Dest: pl.dest, Place: pl.place, Items: pl.items}, err
+			return planUpload(name, sources, dst, kind)
 		},
 		Name: uploadLabel(name, dst),
-		auto: func(r Remote) (Placement, bool) {
-			pl, ok := autoPlan(r, sources, dst)
-			return Placement{Dest: pl.dest, Place: pl.place, Items: pl.items, IntoIfDir: pl.intoIfDir, SrcIsDir: pl.srcIsDir}, ok
-		},
+		auto: func(r Remote) (Placement, bool) { return autoPlan(r, sources, dst) },
 	}, nil
 }
 
@@ -189,16 +185,10 @@ func autoPuts(r Remote, steps []Step) ([]*put, bool) {
 func uploadOneByOne(ctx context.Context, r Remote, steps []Step) (Stats, error) {
 	var total Stats
 	for i, s := range steps {
-		pl, err := s.Plan(func(p string) (archive.Kind, error) {
-			k, err := r.Stat(ctx, p, true)
-			if err != nil {
-				return k, fmt.Errorf("upload: stat %s:%s: %w", r.Target().Name, p, err)
-			}
-			return k, nil
-		})
+		pl, err := s.Plan(destKind(ctx, r))
 		if err == nil {
 			var st Stats
-			st, err = putPlan(ctx, r, plan{dest: pl.Dest, place: pl.Place, items: pl.Items}, s.Name)
+			st, err = putPlan(ctx, r, pl, s.Name)
 			total.add(st)
 		}
 		if err != nil {
@@ -484,7 +474,7 @@ func runPuts(ctx context.Context, r Remote, puts []*put) (Stats, error) {
 var errSkipped = errors.New("skipped")
 
 func runPut(ctx context.Context, r Remote, p *put) (Stats, error) {
-	st, err := putPlan(ctx, r, plan{dest: p.Dest, place: p.Place, items: p.Items, intoIfDir: p.IntoIfDir, srcIsDir: p.SrcIsDir}, strings.Join(p.names, " and "))
+	st, err := putPlan(ctx, r, p.Placement, strings.Join(p.names, " and "))
 	if err != nil {
 		return st, &StepError{Steps: p.steps, Err: err}
 	}

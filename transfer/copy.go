@@ -31,19 +31,23 @@ func Upload(ctx context.Context, r Remote, srcs []string, dst string) (Stats, er
 	if pl, ok := autoPlan(r, sources, dst); ok {
 		return putPlan(ctx, r, pl, uploadLabel(name, dst))
 	}
-	// A destination is followed through a symlink, as cp does.
-	kind := func(p string) (archive.Kind, error) {
-		k, err := r.Stat(ctx, p, true)
-		if err != nil {
-			return k, fmt.Errorf("upload: stat %s:%s: %w", name, p, err)
-		}
-		return k, nil
-	}
-	pl, err := planUpload(name, sources, dst, kind)
+	pl, err := planUpload(name, sources, dst, destKind(ctx, r))
 	if err != nil {
 		return Stats{}, err
 	}
 	return putPlan(ctx, r, pl, uploadLabel(name, dst))
+}
+
+// destKind asks r the kind of an upload's destination path, followed
+// through a symlink, as cp does.
+func destKind(ctx context.Context, r Remote) func(string) (archive.Kind, error) {
+	return func(p string) (archive.Kind, error) {
+		k, err := r.Stat(ctx, p, true)
+		if err != nil {
+			return k, fmt.Errorf("upload: stat %s:%s: %w", r.Target().Name, p, err)
+		}
+		return k, nil
+	}
 }
 
 // autoPlan is the plan of an upload whose placement the agent can decide
@@ -51,14 +55,14 @@ func Upload(ctx context.Context, r Remote, srcs []string, dst string) (Stats, er
 // source, not a directory's contents, and dst without a trailing slash.
 // Into dst when it is a directory, else as dst: planUpload's outcomes,
 // with dst's missing parents made as in POSIX mode.
-func autoPlan(r Remote, sources []source, dst string) (plan, bool) {
+func autoPlan(r Remote, sources []source, dst string) (Placement, bool) {
 	if _, ok := r.(intoIfDirer); !ok || len(sources) != 1 || contents(sources[0].path) ||
 		strings.HasSuffix(dst, "/") || path.Clean(dst) == "." || path.Clean(dst) == "/" {
-		return plan{}, false
+		return Placement{}, false
 	}
 	s := sources[0]
-	return plan{dest: dst, place: archive.PlaceAs, intoIfDir: true, srcIsDir: s.info.IsDir(),
-		items: []Item{{s.path, filepath.Base(filepath.Clean(s.path))}}}, true
+	return Placement{Dest: dst, Place: archive.PlaceAs, IntoIfDir: true, SrcIsDir: s.info.IsDir(),
+		Items: []Item{{s.path, filepath.Base(filepath.Clean(s.path))}}}, true
 }
 
 // intoIfDirer is a Remote that places an upload into its destination if
@@ -89,15 +93,6 @@ func lstatSources(srcs []string) ([]source, error) {
 	return sources, nil
 }
 
-// plan is where an upload's items land: one Put.
-type plan struct {
-	dest      string
-	place     archive.Placement
-	items     []Item
-	intoIfDir bool // PlaceAs, or into dest if it is a directory (autoPlan)
-	srcIsDir  bool // intoIfDir's one item is a directory
-}
-
 // uploadStats are the sandbox paths planUpload may ask the kind of, for
 // dst: dst itself and its parent.
 func uploadStats(dst string) []string {
@@ -107,54 +102,54 @@ func uploadStats(dst string) []string {
 // planUpload decides, with cp's rules, where sources go for dst, given
 // the kinds of the sandbox's paths (uploadStats(dst), following a final
 // symlink) that kind reports. name is the sandbox's, for errors.
-func planUpload(name string, sources []source, dst string, kind func(string) (archive.Kind, error)) (plan, error) {
+func planUpload(name string, sources []source, dst string, kind func(string) (archive.Kind, error)) (Placement, error) {
 	k, err := kind(dst)
 	if err != nil {
-		return plan{}, err
+		return Placement{}, err
 	}
 	dstIsDir := k == archive.Dir
 	if (len(sources) > 1 || strings.HasSuffix(dst, "/")) && !dstIsDir {
 		if k == archive.Missing && len(sources) == 1 && sources[0].info.IsDir() {
 			// "cp -r dir new/" creates new.
 		} else {
-			return plan{}, fmt.Errorf("upload to %s:%s: %w", name, dst, ErrNotDir)
+			return Placement{}, fmt.Errorf("upload to %s:%s: %w", name, dst, ErrNotDir)
 		}
 	}
 
 	// Decide what the archive holds and where it lands.
-	pl := plan{dest: dst}
+	pl := Placement{Dest: dst}
 	switch {
 	case dstIsDir:
-		pl.place = archive.PlaceInto
+		pl.Place = archive.PlaceInto
 		for _, s := range sources {
 			if s.info.IsDir() && contents(s.path) {
-				pl.items = append(pl.items, Item{s.path, "."})
+				pl.Items = append(pl.Items, Item{s.path, "."})
 			} else {
-				pl.items = append(pl.items, Item{s.path, filepath.Base(filepath.Clean(s.path))})
+				pl.Items = append(pl.Items, Item{s.path, filepath.Base(filepath.Clean(s.path))})
 			}
 		}
 	case sources[0].info.IsDir():
 		if k != archive.Missing {
-			return plan{}, fmt.Errorf("upload %s to %s:%s: cannot overwrite a non-directory with a directory", sources[0].path, name, dst)
+			return Placement{}, fmt.Errorf("upload %s to %s:%s: cannot overwrite a non-directory with a directory", sources[0].path, name, dst)
 		}
-		pl.place = archive.PlaceNew
-		pl.items = append(pl.items, Item{sources[0].path, "."})
+		pl.Place = archive.PlaceNew
+		pl.Items = append(pl.Items, Item{sources[0].path, "."})
 	default:
 		// A file (or symlink) to a missing path or over a file: it lands
 		// in dst's parent under dst's name, and a missing parent is made.
-		pl.dest = path.Dir(strings.TrimSuffix(dst, "/"))
-		pl.items = append(pl.items, Item{sources[0].path, path.Base(dst)})
-		pk, err := kind(pl.dest)
+		pl.Dest = path.Dir(strings.TrimSuffix(dst, "/"))
+		pl.Items = append(pl.Items, Item{sources[0].path, path.Base(dst)})
+		pk, err := kind(pl.Dest)
 		if err != nil {
-			return plan{}, err
+			return Placement{}, err
 		}
 		switch pk {
 		case archive.Dir:
-			pl.place = archive.PlaceInto
+			pl.Place = archive.PlaceInto
 		case archive.Missing:
-			pl.place = archive.PlaceNew
+			pl.Place = archive.PlaceNew
 		default:
-			return plan{}, fmt.Errorf("upload to %s:%s: %w", name, pl.dest, ErrNotDir)
+			return Placement{}, fmt.Errorf("upload to %s:%s: %w", name, pl.Dest, ErrNotDir)
 		}
 	}
 	return pl, nil
@@ -162,18 +157,18 @@ func planUpload(name string, sources []source, dst string, kind func(string) (ar
 
 // putPlan uploads pl's items through r; label names the upload in
 // errors.
-func putPlan(ctx context.Context, r Remote, pl plan, label string) (Stats, error) {
+func putPlan(ctx context.Context, r Remote, pl Placement, label string) (Stats, error) {
 	// The remote side counts what it extracted and must find this many:
 	// a stream that a relay ended early between two entries is caught.
 	var want int64
-	for _, it := range pl.items {
+	for _, it := range pl.Items {
 		n, err := countEntries(it.Src, it.Name)
 		if err != nil {
 			return Stats{}, fmt.Errorf("upload %s: %w", it.Src, err)
 		}
 		want += n
 	}
-	cs, err := r.Upload(ctx, UploadSpec{Dest: pl.dest, Place: pl.place, Entries: want, IntoIfDir: pl.intoIfDir, SrcIsDir: pl.srcIsDir}, Items(ctx, pl.items...))
+	cs, err := r.Upload(ctx, UploadSpec{Dest: pl.Dest, Place: pl.Place, Entries: want, IntoIfDir: pl.IntoIfDir, SrcIsDir: pl.SrcIsDir}, Items(ctx, pl.Items...))
 	if err != nil {
 		return Stats{}, fmt.Errorf("%s: %w", label, err)
 	}
