@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ferry-dev/ferry/internal/rpctrace"
 	"io"
 	"math"
 	"net"
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/ferry-dev/ferry/internal/rpctrace"
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/internal/execcodec"

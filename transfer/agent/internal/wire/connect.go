@@ -3,13 +3,14 @@ package wire
 import (
 	"context"
 	"fmt"
-	"github.com/ferry-dev/ferry/internal/rpctrace"
 	"io"
 	"net"
 	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ferry-dev/ferry/internal/rpctrace"
 )
 
 // Connect is the host's end of a connection to an agent whose stdout is r
