@@ -82,7 +82,7 @@ func (st *Store) SaveFrom(ctx context.Context, r transfer.Remote, spec SaveSpec)
 	// only when a save fails: a round trip less on every save.
 	viaAgent := r.Agent() != nil
 	if !viaAgent {
-		if err := saveableDir(ctx, r, remoteDir); err != nil {
+		if err := sourceDir(ctx, r, remoteDir, "save session", "save session"); err != nil {
 			return SaveResult{}, err
 		}
 	}
@@ -90,7 +90,7 @@ func (st *Store) SaveFrom(ctx context.Context, r transfer.Remote, spec SaveSpec)
 	m, err := st.Save(ctx, key, src)
 	if err != nil {
 		if viaAgent && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) {
-			if serr := saveableDir(ctx, r, remoteDir); serr != nil {
+			if serr := sourceDir(ctx, r, remoteDir, "save session", "save session"); serr != nil {
 				return SaveResult{}, serr
 			}
 		}
@@ -103,21 +103,22 @@ func (st *Store) SaveFrom(ctx context.Context, r transfer.Remote, spec SaveSpec)
 	}, nil
 }
 
-// saveableDir is nil when remoteDir, symlinks followed, is a directory,
-// and otherwise the save's error: transfer.ErrNoSource or ErrNotDir.
-func saveableDir(ctx context.Context, r transfer.Remote, remoteDir string) error {
+// sourceDir is nil when remoteDir, symlinks followed, is a directory,
+// and otherwise the error of the operation op (its stat named statOp):
+// transfer.ErrNoSource or ErrNotDir.
+func sourceDir(ctx context.Context, r transfer.Remote, remoteDir, statOp, op string) error {
 	name := r.Target().Name
 	kind, err := r.Stat(ctx, remoteDir, true)
 	if err != nil {
-		return fmt.Errorf("save session: stat %s:%s: %w", name, remoteDir, err)
+		return fmt.Errorf("%s: stat %s:%s: %w", statOp, name, remoteDir, err)
 	}
 	switch kind {
 	case archive.Dir:
 		return nil
 	case archive.Missing:
-		return fmt.Errorf("save session %s:%s: %w", name, remoteDir, transfer.ErrNoSource)
+		return fmt.Errorf("%s %s:%s: %w", op, name, remoteDir, transfer.ErrNoSource)
 	default:
-		return fmt.Errorf("save session %s:%s: %w", name, remoteDir, transfer.ErrNotDir)
+		return fmt.Errorf("%s %s:%s: %w", op, name, remoteDir, transfer.ErrNotDir)
 	}
 }
 
@@ -679,16 +680,8 @@ func (st *Store) RepairFrom(ctx context.Context, r transfer.Remote, remoteDir st
 	}
 	name := r.Target().Name
 	res.Mode = r.Mode().String()
-	kind, err := r.Stat(ctx, remoteDir, true)
-	if err != nil {
-		return res, fmt.Errorf("repair session: stat %s:%s: %w", name, remoteDir, err)
-	}
-	switch kind {
-	case archive.Dir:
-	case archive.Missing:
-		return res, fmt.Errorf("repair session from %s:%s: %w", name, remoteDir, transfer.ErrNoSource)
-	default:
-		return res, fmt.Errorf("repair session from %s:%s: %w", name, remoteDir, transfer.ErrNotDir)
+	if err := sourceDir(ctx, r, remoteDir, "repair session", "repair session from"); err != nil {
+		return res, err
 	}
 	src, wire := sourceFrom(r, remoteDir)
 	rep, err := st.RepairChunks(ctx, missing, src)
