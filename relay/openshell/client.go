@@ -106,6 +106,7 @@ func Dial(cfg Config) (*Client, error) {
 		grpc.WithReadBufferSize(ioBuffer),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
 		grpc.WithUserAgent("ferry"),
+		grpc.WithDefaultServiceConfig(retryConfig),
 	}
 	if cfg.BearerToken != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: cfg.BearerToken, secure: tlsCfg != nil}))
@@ -120,6 +121,35 @@ func Dial(cfg Config) (*Client, error) {
 	}
 	return &Client{cfg: cfg, conn: conn, api: openshellv1.NewOpenShellClient(conn), ids: map[string]string{}, lookups: map[string]*lookupCall{}}, nil
 }
+
+// retryConfig retries the calls that change nothing, or nothing a second
+// call would undo, when the connection under them is lost: a call made on
+// a connection whose drop gRPC has not yet seen fails before the server
+// has it, and the retry goes out on a new one. Exec, ForwardTcp and the
+// calls that create or delete are not retried: a command may have run, a
+// sandbox may have been made, and the second call would say otherwise.
+const retryConfig = `{"methodConfig": [{
+	"name": [
+		{"service": "openshell.v1.OpenShell", "method": "Health"},
+		{"service": "openshell.v1.OpenShell", "method": "GetGatewayInfo"},
+		{"service": "openshell.v1.OpenShell", "method": "GetSandbox"},
+		{"service": "openshell.v1.OpenShell", "method": "ListSandboxes"},
+		{"service": "openshell.v1.OpenShell", "method": "CreateSshSession"},
+		{"service": "openshell.v1.OpenShell", "method": "RevokeSshSession"},
+		{"service": "openshell.v1.OpenShell", "method": "GetSandboxLogs"},
+		{"service": "openshell.v1.OpenShell", "method": "GetWorkspace"},
+		{"service": "openshell.v1.OpenShell", "method": "ListWorkspaces"},
+		{"service": "openshell.v1.OpenShell", "method": "GetProvider"},
+		{"service": "openshell.v1.OpenShell", "method": "ListProviders"}
+	],
+	"retryPolicy": {
+		"maxAttempts": 3,
+		"initialBackoff": "0.05s",
+		"maxBackoff": "1s",
+		"backoffMultiplier": 4,
+		"retryableStatusCodes": ["UNAVAILABLE"]
+	}
+}]}`
 
 const (
 	windowSize = 4 << 20
