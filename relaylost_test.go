@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ferry-dev/ferry/transfer"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/ferry-dev/ferry/relay/openshell"
 	"github.com/ferry-dev/ferry/relay/relaytest"
 	"github.com/ferry-dev/ferry/session"
+	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
@@ -41,25 +43,56 @@ func (b afterCommit) Put(ctx context.Context, name string, r io.Reader, exclusiv
 
 // cutAfterCommit is a gateway with the sandbox "box", a client of it
 // whose connections are cut right after every commit to the store it
-// returns, and the number of cuts so far.
-func cutAfterCommit(t *testing.T) (*gatewaytest.Gateway, *openshell.Client, *session.Store, *atomic.Int32) {
+// returns, and the number of cuts so far. A cut returns once a command
+// running through the lostExecs returned has failed for it: a save
+// closes its agent without waiting once every call is answered, and sees
+// a loss only if its exec has seen it.
+func cutAfterCommit(t *testing.T) (*gatewaytest.Gateway, *openshell.Client, *lostExecs, *session.Store, *atomic.Int32) {
 	t.Helper()
 	g := gatewaytest.Start(t, gatewaytest.Options{})
 	var cc relaytest.Cutter
 	c := g.Client(t, openshell.Config{Dialer: cc.Dial})
 	g.Sandbox(t, c, "box")
+	lost := &lostExecs{Execer: c, seen: make(chan struct{})}
 	var cuts atomic.Int32
 	st, _ := newStore(t, func(b session.Backend) session.Backend {
-		return afterCommit{b, func(string) { cuts.Add(1); cc.Cut() }}
+		return afterCommit{b, func(string) {
+			cuts.Add(1)
+			cc.Cut()
+			select {
+			case <-lost.seen:
+			case <-time.After(30 * time.Second):
+				t.Error("no command failed for the cut")
+			}
+		}}
 	})
-	return g, c, st, &cuts
+	return g, c, lost, st, &cuts
+}
+
+// lostExecs is an Execer that closes seen when one of its commands
+// first fails as a lost relay.
+type lostExecs struct {
+	relay.Execer
+	once sync.Once
+	seen chan struct{}
+}
+
+func (l *lostExecs) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
+	code, err := l.Execer.Exec(ctx, cmd)
+	if errors.Is(err, relay.ErrRelayLost) {
+		l.once.Do(func() { close(l.seen) })
+	}
+	return code, err
 }
 
 // cutEnv is cutAfterCommit's sandbox in agent mode over v's transport.
 func cutEnv(t *testing.T, v variant) (env, *session.Store, *atomic.Int32) {
 	t.Helper()
-	g, c, st, cuts := cutAfterCommit(t)
-	return env{sb: sandboxVia(t, c, v), root: filepath.Join(g.Root, "box")}, st, cuts
+	g, c, lost, st, cuts := cutAfterCommit(t)
+	sb := sandboxVia(t, c, v)
+	lost.Execer = sb.X
+	sb.X = lost
+	return env{sb: sb, root: filepath.Join(g.Root, "box")}, st, cuts
 }
 
 // relayLostVariants are the ways through the gateway where a save talks
@@ -200,9 +233,15 @@ func (b cutOnChunk) Put(ctx context.Context, name string, r io.Reader, exclusive
 // retried finish would have saved a second), and the run's record says
 // the snapshot was committed and the relay lost after.
 func TestLauncherRelayLostAfterSessionCommit(t *testing.T) {
-	_, c, st, cuts := cutAfterCommit(t)
+	_, c, lost, st, cuts := cutAfterCommit(t)
 	runs := t.TempDir()
-	l := newLauncher(t, c, runs, st)
+	l, err := ferry.NewLauncher(ferry.LauncherConfig{
+		Sandboxes: c, X: lost, RunsDir: runs, Store: st, Agents: agenttest.Bundle(t), Mode: transfer.ModeAgent,
+		KillGrace: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	h, err := l.StartDetached(ctx(t), newRun(t, runs, "lost", nil))
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ type Client struct {
 	rpc   agentv1.AgentClient
 	cc    *grpc.ClientConn
 	conn  io.Closer
+	calls *calls
 	// err reports why the stream under the connection ended, for RPC
 	// errors; nil while it has not.
 	err func() error
@@ -29,11 +30,12 @@ type Client struct {
 // by Close, to end the stream: it must end both r and w (a Read blocked on r
 // returns) and wait for the agent's side to end. It may be nil.
 func NewClient(r io.Reader, w io.Writer, maxSkip int, closeFn func() error) (*Client, error) {
-	h, cc, conn, err := wire.Connect(r, w, maxSkip, closeFn)
+	calls := &calls{}
+	h, cc, conn, err := wire.Connect(r, w, maxSkip, closeFn, grpc.WithStatsHandler(calls))
 	if conn == nil {
 		return nil, err
 	}
-	c := &Client{Hello: h, cc: cc, conn: conn}
+	c := &Client{Hello: h, cc: cc, conn: conn, calls: calls}
 	if cc != nil {
 		c.rpc = agentv1.NewAgentClient(cc)
 	}
@@ -61,6 +63,11 @@ func (c *Client) wrap(op string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
+
+// settled reports whether every call made on the connection has been
+// answered by the agent and none is in flight: the agent has nothing
+// left to do, and closing need not wait for it to exit.
+func (c *Client) settled() bool { return c.calls.settled() }
 
 // Lost reports whether the stream under the connection has ended: the
 // relay dropped, or the agent exited or was killed. A lost agent cleaned

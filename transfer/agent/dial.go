@@ -196,9 +196,29 @@ func serve(ctx context.Context, cfg DialConfig, probeOnly bool) (*Client, probeR
 		stdinR.CloseWithError(io.ErrClosedPipe)
 	}()
 	// teardown ends the exec: EOF on the agent's stdin lets it exit
-	// cleanly; one that does not is cancelled.
+	// cleanly; one that does not is cancelled. An agent that has answered
+	// every call has nothing left to clean up, and its exit would only
+	// cost a round trip: its exec is cancelled at once. (A gateway ends a
+	// cancelled exec's stdin too: OpenShell's sends the command EOF.)
+	var client *Client
 	teardown := func() error {
 		stdinW.Close()
+		if client != nil && client.settled() {
+			select {
+			case <-x.done:
+				return x.closeErr()
+			default:
+			}
+			cancel()
+			<-x.done
+			stdoutR.CloseWithError(io.ErrClosedPipe)
+			if err := x.closeErr(); errors.Is(err, relay.ErrRelayLost) {
+				// Lost before the cancel: the caller may want to know
+				// the sandbox is out of reach.
+				return err
+			}
+			return nil
+		}
 		// What the agent writes while it shuts down (a GOAWAY) must be
 		// read, or its exit waits on a full pipe; gRPC's reader may be
 		// gone already.
@@ -253,6 +273,7 @@ func serve(ctx context.Context, cfg DialConfig, probeOnly bool) (*Client, probeR
 		return nil, pr, ctx.Err()
 	}
 	if h.err == nil {
+		client = h.c
 		h.c.err = x.err
 		head.stop()
 		return h.c, pr, nil

@@ -3,14 +3,17 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/local"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
@@ -20,7 +23,14 @@ import (
 // through a shell like a gateway's, optionally with a login banner.
 func sandbox(t *testing.T, banner bool) (agent.DialConfig, string) {
 	t.Helper()
-	ws, tmp := t.TempDir(), t.TempDir()
+	cfg, _, tmp := sandboxWS(t, banner)
+	return cfg, tmp
+}
+
+// sandboxWS is sandbox, and its workspace too.
+func sandboxWS(t *testing.T, banner bool) (cfg agent.DialConfig, ws, tmp string) {
+	t.Helper()
+	ws, tmp = t.TempDir(), t.TempDir()
 	shell := []string{"/bin/sh", "-c", `eval "$0"`}
 	if banner {
 		shell = []string{"/bin/sh", "-c", `printf 'Welcome to the sandbox\nlast login: never\n'; eval "$0"`}
@@ -30,7 +40,7 @@ func sandbox(t *testing.T, banner bool) (agent.DialConfig, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return agent.DialConfig{X: x, Sandbox: "box", Bundle: agenttest.Bundle(t)}, tmp
+	return agent.DialConfig{X: x, Sandbox: "box", Bundle: agenttest.Bundle(t)}, ws, tmp
 }
 
 func TestDialInstallsOnceThenReuses(t *testing.T) {
@@ -184,5 +194,88 @@ func TestDialConcurrentInstalls(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// endings wraps an Execer and counts how the agent's serve execs ended:
+// cancelled by the host, or exited on their own.
+type endings struct {
+	relay.Execer
+	cancelled, exited atomic.Int32
+}
+
+func (e *endings) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
+	code, err := e.Execer.Exec(ctx, cmd)
+	if cmd.Argv[len(cmd.Argv)-1] == "serve" {
+		if ctx.Err() != nil {
+			e.cancelled.Add(1)
+		} else {
+			e.exited.Add(1)
+		}
+	}
+	return code, err
+}
+
+// TestCloseSettled: once the agent has answered every call (an error it
+// sent is an answer), Close ends its exec at once instead of waiting a
+// round trip for it to exit; after a call the host gave up on, whose
+// handler may still be cleaning up, Close waits for the agent to exit by
+// itself.
+func TestCloseSettled(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		calls   func(context.Context, *agent.Client, string) error
+		settled bool
+	}{
+		{"Answered", func(ctx context.Context, c *agent.Client, _ string) error {
+			_, err := c.Probe(ctx)
+			return err
+		}, true},
+		{"AnsweredWithAnError", func(ctx context.Context, c *agent.Client, _ string) error {
+			err := c.Follow(ctx, []agent.FollowFile{{Path: "."}}, "", func(int, int64, []byte) error { return nil })
+			if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+				return fmt.Errorf("follow a directory: %v, want it refused", err)
+			}
+			return nil
+		}, true},
+		{"NoCalls", func(context.Context, *agent.Client, string) error { return nil }, true},
+		{"GivenUp", func(ctx context.Context, c *agent.Client, ws string) error {
+			if err := os.WriteFile(filepath.Join(ws, "log"), []byte("line\n"), 0o644); err != nil {
+				return err
+			}
+			stop := errors.New("enough")
+			err := c.Follow(ctx, []agent.FollowFile{{Path: "log"}}, "", func(int, int64, []byte) error { return stop })
+			if !errors.Is(err, stop) {
+				return fmt.Errorf("follow: %v, want it stopped by the host", err)
+			}
+			return nil
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			cfg, ws, _ := sandboxWS(t, false)
+			installed, _, err := agent.Dial(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			installed.Close()
+			e := &endings{Execer: cfg.X}
+			cfg.X = e
+			c, d, err := agent.Dial(ctx, cfg)
+			if err != nil || d.Execs != 1 {
+				t.Fatalf("dial: %v, %d execs; want the installed agent in 1", err, d.Execs)
+			}
+			if err := tc.calls(ctx, c, ws); err != nil {
+				c.Close()
+				t.Fatal(err)
+			}
+			if err := c.Close(); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+			want := map[bool][2]int32{true: {1, 0}, false: {0, 1}}[tc.settled]
+			if got := [2]int32{e.cancelled.Load(), e.exited.Load()}; got != want {
+				t.Fatalf("serve execs cancelled, exited = %v, want %v", got, want)
+			}
+		})
 	}
 }

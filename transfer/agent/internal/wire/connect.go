@@ -18,9 +18,10 @@ import (
 // bytes of banner before it), writes its own, and returns a gRPC
 // connection on r and w. closeFn, called once by the returned closer,
 // must end both r and w and wait for the agent's side to end; it may be
-// nil. An agent of another version gives its hello, no gRPC connection, the
-// closer and a *VersionError.
-func Connect(r io.Reader, w io.Writer, maxSkip int, closeFn func() error) (Hello, *grpc.ClientConn, io.Closer, error) {
+// nil. extra are more dial options for the connection. An agent of another
+// version gives its hello, no gRPC connection, the closer and a
+// *VersionError.
+func Connect(r io.Reader, w io.Writer, maxSkip int, closeFn func() error, extra ...grpc.DialOption) (Hello, *grpc.ClientConn, io.Closer, error) {
 	h, err := ReadHello(r, maxSkip)
 	if err != nil {
 		return h, nil, nil, err
@@ -46,6 +47,7 @@ func Connect(r io.Reader, w io.Writer, maxSkip int, closeFn func() error) (Hello
 			return conn, nil
 		}),
 	)
+	opts = append(opts, extra...)
 	opts = append(opts, rpctrace.Options("agent")...)
 	cc, err := grpc.NewClient("passthrough:///ferry-agent", opts...)
 	if err != nil {
