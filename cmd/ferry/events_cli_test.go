@@ -182,28 +182,39 @@ func TestSandboxEvents(t *testing.T) {
 
 // TestRunOneGatewayConnection: `ferry run` reads its sandbox's log and
 // runs its commands through one gateway connection, which resolves the
-// sandbox once, in both modes and both gateway transports.
+// sandbox once, in both modes and both gateway transports; the next
+// command finds the id in the cache and resolves it not at all.
 func TestRunOneGatewayConnection(t *testing.T) {
 	for _, tc := range []struct{ mode, transport string }{{"posix", "exec"}, {"agent", "exec"}, {"agent", "ssh"}} {
 		t.Run(tc.mode+"-"+tc.transport, func(t *testing.T) {
 			g := activeGateway(t)
 			wantOK(t, runFerry(t, nil, "-q", "sandbox", "create", "box"))
-			conns, gets := g.Conns(), g.Calls("/openshell.v1.OpenShell/GetSandbox")
-			out := filepath.Join(t.TempDir(), "out")
+			// The create cached the id; this run resolves it itself.
+			cache, err := os.UserCacheDir()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.RemoveAll(filepath.Join(cache, "ferry", "sandbox-ids")); err != nil {
+				t.Fatal(err)
+			}
 			in := filepath.Join(t.TempDir(), "in.md")
 			writeFile(t, in, []byte("do it\n"), 0o644)
-			r := runFerry(t, nil, "-q", "--mode", tc.mode, "--transport", tc.transport, "run", "box", "--in", in+":work/in.md", "--out", out, "--follow=false", "--", "sh", "-c", metaCmd)
-			if r.code != 0 {
-				t.Fatalf("run: exit %d, stderr %q", r.code, r.stderr)
-			}
-			if _, err := os.Stat(filepath.Join(out, "ocsf.ndjson")); err != nil {
-				t.Fatalf("no events: %v", err)
-			}
-			if n := g.Conns() - conns; n != 1 {
-				t.Errorf("%d gateway connections for one run, want 1", n)
-			}
-			if n := g.Calls("/openshell.v1.OpenShell/GetSandbox") - gets; n != 1 {
-				t.Errorf("%d GetSandbox calls for one run, want 1", n)
+			for i, wantGets := range []int{1, 0} {
+				conns, gets := g.Conns(), g.Calls("/openshell.v1.OpenShell/GetSandbox")
+				out := filepath.Join(t.TempDir(), "out")
+				r := runFerry(t, nil, "-q", "--mode", tc.mode, "--transport", tc.transport, "run", "box", "--in", in+":work/in.md", "--out", out, "--follow=false", "--", "sh", "-c", metaCmd)
+				if r.code != 0 {
+					t.Fatalf("run %d: exit %d, stderr %q", i+1, r.code, r.stderr)
+				}
+				if _, err := os.Stat(filepath.Join(out, "ocsf.ndjson")); err != nil {
+					t.Fatalf("run %d: no events: %v", i+1, err)
+				}
+				if n := g.Conns() - conns; n != 1 {
+					t.Errorf("run %d: %d gateway connections, want 1", i+1, n)
+				}
+				if n := g.Calls("/openshell.v1.OpenShell/GetSandbox") - gets; n != wantGets {
+					t.Errorf("run %d: %d GetSandbox calls, want %d", i+1, n, wantGets)
+				}
 			}
 		})
 	}

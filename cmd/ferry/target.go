@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/ferry-dev/ferry/relay"
@@ -27,7 +29,19 @@ func (g *globals) client() (*openshell.Client, error) {
 	if g.workspace != "" {
 		settings.Workspace = g.workspace
 	}
-	return openshell.Dial(openshell.Config{Settings: settings})
+	return openshell.Dial(openshell.Config{Settings: settings, IDs: idCache()})
+}
+
+// idCache is where commands keep the sandbox ids they resolve for the
+// next command, so that it asks the gateway one round trip less:
+// $XDG_CACHE_HOME/ferry/sandbox-ids (~/.cache/ferry/sandbox-ids). Nil,
+// no cache, without a cache directory.
+func idCache() openshell.IDCache {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return nil
+	}
+	return openshell.IDDir(filepath.Join(dir, "ferry", "sandbox-ids"))
 }
 
 // withClient runs fn with a gateway client that it closes afterwards.

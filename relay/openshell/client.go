@@ -44,6 +44,10 @@ type Config struct {
 	// Dialer, when set, replaces TCP for reaching the gateway (tests use it
 	// to cut connections).
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+	// IDs, when set, keeps the sandbox ids this Client resolves for other
+	// Clients (other processes) of the same gateway and workspace, and
+	// gives it theirs.
+	IDs IDCache
 }
 
 const maxChunk = relay.MaxMessageSize - 64<<10
@@ -194,13 +198,25 @@ func (c *Client) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 		cmd = &c2
 	}
 	code, err := c.execOnce(ctx, id, cmd)
-	if errors.Is(err, relay.ErrNotFound) && !in.wasRead() {
-		// The id may be stale: the sandbox was recreated under its name.
+	switch {
+	case in.wasRead():
 		// Retrying is safe only while no stdin has been taken.
+	case errors.Is(err, relay.ErrNotFound):
+		// The id may be stale: the sandbox was recreated under its name.
 		c.forget(cmd.Sandbox)
 		if id2, err2 := c.SandboxID(ctx, cmd.Sandbox); err2 == nil && id2 != id {
 			return c.execOnce(ctx, id2, cmd)
 		}
+	case errors.Is(err, relay.ErrNotReady):
+		// A cached id skipped the lookup that says which phase the
+		// sandbox is in; the lookup's error says it (or, ready by now,
+		// the command runs).
+		c.forget(cmd.Sandbox)
+		id2, err2 := c.SandboxID(ctx, cmd.Sandbox)
+		if err2 != nil {
+			return 0, err2
+		}
+		return c.execOnce(ctx, id2, cmd)
 	}
 	return code, err
 }

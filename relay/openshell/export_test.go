@@ -13,3 +13,6 @@ func CreateRequest(c *Client, s Spec) *openshellv1.CreateSandboxRequest {
 
 // MissingProvider is the provider a CreateSandbox refusal names.
 var MissingProvider = missingProvider
+
+// IDKey is name's key in c's IDCache.
+func IDKey(c *Client, name string) string { return c.idKey(name) }

@@ -42,13 +42,34 @@ func (c *Client) cachedID(name string) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	id, ok := c.ids[name]
+	if !ok && c.cfg.IDs != nil {
+		if id, ok = c.cfg.IDs.LoadID(c.idKey(name)); ok {
+			c.ids[name] = id
+		}
+	}
 	return id, ok
+}
+
+// remember caches the id of the READY sandbox called name; c.mu is held.
+func (c *Client) remember(name, id string) {
+	c.ids[name] = id
+	if c.cfg.IDs != nil {
+		c.cfg.IDs.StoreID(c.idKey(name), id)
+	}
 }
 
 func (c *Client) forget(name string) {
 	c.mu.Lock()
 	delete(c.ids, name)
+	if c.cfg.IDs != nil {
+		c.cfg.IDs.ForgetID(c.idKey(name))
+	}
 	c.mu.Unlock()
+}
+
+// idKey is name's key in cfg.IDs: the gateway, the workspace, the name.
+func (c *Client) idKey(name string) string {
+	return c.cfg.Target() + " " + c.cfg.Workspace + " " + name
 }
 
 // lookupCall is one GetSandbox that callers asking for the same name at
@@ -78,7 +99,7 @@ func (c *Client) lookup(ctx context.Context, name string) (*openshellv1.Sandbox,
 			c.mu.Lock()
 			delete(c.lookups, name)
 			if call.err == nil && call.sb.GetStatus().GetPhase() == openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
-				c.ids[name] = call.sb.GetMetadata().GetId()
+				c.remember(name, call.sb.GetMetadata().GetId())
 			}
 			c.mu.Unlock()
 			close(call.done)
@@ -196,6 +217,12 @@ func (c *Client) WaitReady(ctx context.Context, name string) (Info, error) {
 
 func (c *Client) waitReady(ctx context.Context, sb *openshellv1.Sandbox) (Info, error) {
 	got, err := c.watchReady(ctx, sb)
+	if err == nil && got.GetStatus().GetPhase() == openshellv1.SandboxPhase_SANDBOX_PHASE_READY && got.GetMetadata().GetName() != "" {
+		// The first command into a sandbox just made needs no lookup.
+		c.mu.Lock()
+		c.remember(got.GetMetadata().GetName(), got.GetMetadata().GetId())
+		c.mu.Unlock()
+	}
 	return describe(got), err
 }
 
