@@ -21,3 +21,6 @@ func SetSpillBudget(t interface{ Cleanup(func()) }, n int) {
 	spillBudget = n
 	t.Cleanup(func() { spillBudget = old })
 }
+
+// StreamPays is streamPays.
+var StreamPays = streamPays

@@ -19,6 +19,7 @@ import (
 	"github.com/ferry-dev/ferry/transfer"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/archive"
+	"github.com/ferry-dev/ferry/transfer/frame"
 	"github.com/ferry-dev/ferry/transfer/posix"
 )
 
@@ -261,9 +262,13 @@ func (st *Store) RestoreTo(ctx context.Context, r transfer.Remote, spec RestoreS
 		return RestoreResult{}, fmt.Errorf("restore session %s to %s:%s: nothing written: %w", key, name, remoteDir, err)
 	}
 	state := "missing"
-	if k, err := r.Stat(ctx, remoteDir, false); err != nil {
+	statStart := time.Now()
+	k, err := r.Stat(ctx, remoteDir, false)
+	rtt := time.Since(statStart)
+	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, name, remoteDir, err)
-	} else if k != archive.Missing {
+	}
+	if k != archive.Missing {
 		if state, err = probeTarget(ctx, r, remoteDir); err != nil {
 			return RestoreResult{}, fmt.Errorf("restore session %s to %s:%s: %w", key, name, remoteDir, err)
 		}
@@ -287,7 +292,7 @@ func (st *Store) RestoreTo(ctx context.Context, r transfer.Remote, spec RestoreS
 	}
 	var cs transfer.Stats
 	if viaAgent {
-		cs, err = st.restoreSnapshot(ctx, r, m, dest, place)
+		cs, err = st.restoreSnapshot(ctx, r, m, dest, place, streamPays(r.Target().Compress, rtt))
 	} else {
 		fill := func(w *archive.Writer) error { return st.writeSnapshot(ctx, m, w, place == archive.PlaceNew) }
 		cs, err = r.Upload(ctx, transfer.UploadSpec{Dest: dest, Place: place, Entries: m.Files + m.Dirs + m.Symlinks}, fill)
@@ -437,18 +442,41 @@ func swapIn(ctx context.Context, t transfer.Target, newDir, dir string) error {
 	return nil
 }
 
+// streamPays says whether a restore's chunks should travel as one zstd
+// stream: with --compress zstd always, with auto where the link is slow
+// enough that bytes cost more than the host's CPU re-encoding them. The
+// round trip of the restore's first call (rtt) tells: a link of
+// streamRTT or more is a WAN's (region: 40 ms), where half the bytes is
+// most of the time; a LAN's or loopback's is far less, and its bandwidth
+// outruns the encoder.
+func streamPays(mode frame.Mode, rtt time.Duration) bool {
+	switch mode {
+	case frame.Zstd:
+		return true
+	case frame.Auto:
+		return rtt >= streamRTT
+	}
+	return false
+}
+
+// streamRTT is the round trip from which Auto streams a restore's chunks.
+const streamRTT = 10 * time.Millisecond
+
 // restoreSnapshot builds snapshot m at dest through the agent's Restore:
 // the store's chunks travel as stored, and the agent decodes and checks
 // each against its id before writing it. Compared with streaming the tree
 // as tar (POSIX mode), the host neither decompresses nor recompresses
-// anything, and the wire carries the store's zstd. The chunks are read
+// anything, and the wire carries the store's zstd (unless stream, below). The chunks are read
 // from the store prefetchWindow ahead of the stream (see prefetch). A
 // chunk the store lacks, or holds over the size bound, fails the restore
 // with a *IntegrityError naming it; the agent has then placed
 // nothing, as it places the tree only after the whole stream. A chunk the
 // agent refuses is looked at again here, so that the error says whether
 // the store or the channel damaged it.
-func (st *Store) restoreSnapshot(ctx context.Context, r transfer.Remote, m *Manifest, dest string, place archive.Placement) (transfer.Stats, error) {
+//
+// With stream, the chunks go as one zstd stream instead (see
+// agent.RestoreSpec.Stream): half the bytes, for the host's CPU.
+func (st *Store) restoreSnapshot(ctx context.Context, r transfer.Remote, m *Manifest, dest string, place archive.Placement, stream bool) (transfer.Stats, error) {
 	c := r.Agent()
 	entries := make([]agent.RestoreEntry, 0, len(m.Entries)+1)
 	if place == archive.PlaceNew {
@@ -473,7 +501,7 @@ func (st *Store) restoreSnapshot(ctx context.Context, r transfer.Remote, m *Mani
 	staging := archive.StagingPrefix + archive.RandomTag()
 	pf := startPrefetch(ctx, st, m, entries, prefetchWindow)
 	defer pf.close()
-	res, err := c.Restore(ctx, agent.RestoreSpec{Dest: dest, Place: place, Staging: staging}, entries, pf.next)
+	res, err := c.Restore(ctx, agent.RestoreSpec{Dest: dest, Place: place, Staging: staging, Stream: stream}, entries, pf.next)
 	r.Target().LogStale("sandbox", dest, res.StaleStaging, nil)
 	if err != nil {
 		stagingPath := path.Join(archive.StagingParent(dest, place), staging)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -190,4 +192,54 @@ func TestSessionS3CLI(t *testing.T) {
 		t.Fatalf("verify after the repair: exit %d: %s %s", r.code, r.stdout, r.stderr)
 	}
 	wantUsage(t, runFerry(t, nil, "--store", "ftp://x/y", "session", "list"), "s3://BUCKET/PREFIX")
+}
+
+// TestSessionRestoreStreamCLI: with --compress zstd an agent-mode restore
+// sends the chunks as one zstd stream, whose window spans chunks: a tree
+// of one file copied five times (five references to the same chunks)
+// crosses in about one copy's bytes, where stored chunks cross five
+// times. Both give the saved tree; a damaged chunk fails either, naming
+// the damage and writing nothing.
+func TestSessionRestoreStreamCLI(t *testing.T) {
+	g, src, _ := sessionBox(t, 3, transfertest.TreeOptions{Entries: 5})
+	t.Setenv("FERRY_STORE", t.TempDir())
+	text := make([]byte, 300<<10)
+	rng := rand.New(rand.NewPCG(5, 6))
+	const alphabet = "abcdefghijklmnopqrstuvwxyz {}\":,\n"
+	for i := range text {
+		text[i] = alphabet[rng.IntN(len(alphabet))]
+	}
+	for i := range 5 {
+		writeFile(t, filepath.Join(src, fmt.Sprintf("copy-%d.jsonl", i)), text, 0o644)
+	}
+	wantOK(t, runFerry(t, nil, "-q", "--mode", "agent", "session", "save", "box:sess", "task-1"))
+
+	wire := map[string]float64{}
+	for _, compress := range []string{"none", "zstd"} {
+		r := runFerry(t, nil, "--json", "--mode", "agent", "--compress", compress, "session", "restore", "task-1", "box:back-"+compress)
+		wantOK(t, r)
+		wire[compress] = decode(t, r.stdout, "wire_bytes")["wire_bytes"].(float64)
+		transfertest.EqualTrees(t, src, filepath.Join(g.Root, "box", "back-"+compress))
+	}
+	// Stored: five copies of text at its zstd ratio; the stream: about one.
+	t.Logf("wire bytes of %d: stored %.0f, stream %.0f", 5*len(text), wire["none"], wire["zstd"])
+	if wire["zstd"] > wire["none"]/3 {
+		t.Errorf("wire bytes: stream %.0f, stored %.0f; want the stream under a third", wire["zstd"], wire["none"])
+	}
+
+	chunks, _ := filepath.Glob(filepath.Join(os.Getenv("FERRY_STORE"), "chunks", "*", "*"))
+	if len(chunks) == 0 {
+		t.Fatal("no chunks in the store")
+	}
+	for _, c := range chunks {
+		if err := os.WriteFile(c, []byte("damaged"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, compress := range []string{"none", "zstd"} {
+		wantFailure(t, runFerry(t, nil, "--mode", "agent", "--compress", compress, "session", "restore", "task-1", "box:again-"+compress), "corrupt")
+		if _, err := os.Lstat(filepath.Join(g.Root, "box", "again-"+compress)); !os.IsNotExist(err) {
+			t.Errorf("--compress %s: restore from a damaged store wrote the target: %v", compress, err)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,9 +50,30 @@ func file(path string, mode fs.FileMode, mtime time.Time, refs ...agent.ChunkRef
 }
 
 func TestRestoreRoundTrip(t *testing.T) {
+	wire := map[bool]int64{}
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "stored", true: "stream"}[stream], func(t *testing.T) {
+			wire[stream] = testRestoreRoundTrip(t, stream)
+		})
+	}
+	// The stream's window spans the chunks: the second a costs next to
+	// nothing.
+	if wire[true] >= wire[false]*3/4 {
+		t.Errorf("wire bytes: stream %d, stored %d; want the stream well under", wire[true], wire[false])
+	}
+}
+
+func testRestoreRoundTrip(t *testing.T, stream bool) int64 {
 	c, ws := inProcess(t)
 	st := chunkStore{}
-	line := strings.Repeat(`{"type":"assistant","text":"hello"}`+"\n", 2000)
+	// Lines that do not compress to nothing, so that a chunk sent twice
+	// shows in the wire bytes.
+	var lines strings.Builder
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		fmt.Fprintf(&lines, `{"type":"assistant","n":%d,"id":"%016x"}`+"\n", i, rng.Uint64())
+	}
+	line := lines.String()
 	a, b := st.add(line), st.add("tail\n")
 	mt := time.Unix(1700000000, 123456789)
 	entries := []agent.RestoreEntry{
@@ -63,7 +85,7 @@ func TestRestoreRoundTrip(t *testing.T) {
 		{Path: "e", Kind: archive.Dir, Mode: 0o700, MTime: mt},
 		{Path: "link", Kind: archive.Symlink, Mode: 0o777, MTime: mt, Target: "d/log.jsonl"},
 	}
-	res, err := c.Restore(context.Background(), agent.RestoreSpec{Dest: "out", Place: archive.PlaceNew}, entries, st.get)
+	res, err := c.Restore(context.Background(), agent.RestoreSpec{Dest: "out", Place: archive.PlaceNew, Stream: stream}, entries, st.get)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +93,7 @@ func TestRestoreRoundTrip(t *testing.T) {
 	if res.Stats != want || res.Entries != 5 {
 		t.Errorf("result %+v, want %+v and 5 entries", res, want)
 	}
-	if res.WireBytes <= 0 || res.WireBytes > res.Bytes/10 {
+	if res.WireBytes <= 0 || res.WireBytes > res.Bytes/2 {
 		t.Errorf("wire bytes %d for %d bytes of JSONL: the stored zstd should travel", res.WireBytes, res.Bytes)
 	}
 	out := filepath.Join(ws, "out")
@@ -101,6 +123,7 @@ func TestRestoreRoundTrip(t *testing.T) {
 	if target, err := os.Readlink(filepath.Join(out, "link")); err != nil || target != "d/log.jsonl" {
 		t.Errorf("link: %q, %v", target, err)
 	}
+	return res.WireBytes
 }
 
 // TestRestoreRefusals: a damaged chunk, a bad entry or a failing store
@@ -166,42 +189,44 @@ func TestRestoreRefusals(t *testing.T) {
 			sentinel: fs.ErrNotExist, chunk: -1,
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			c, ws := inProcess(t)
-			st := chunkStore{}
-			entries := tc.entries(st)
-			_, err := c.Restore(context.Background(), agent.RestoreSpec{Dest: "out", Place: archive.PlaceNew}, entries, st.get)
-			if !errors.Is(err, tc.sentinel) {
-				t.Fatalf("err = %v, want %v", err, tc.sentinel)
-			}
-			var ce *agent.ChunkError
-			if tc.chunk >= 0 {
-				if !errors.As(err, &ce) || ce.Index != tc.chunk || ce.Path != tc.entry {
-					t.Fatalf("err = %v (%+v), want chunk %d of %q", err, ce, tc.chunk, tc.entry)
+		for _, stream := range []bool{false, true} {
+			t.Run(tc.name+map[bool]string{false: " (stored)", true: " (stream)"}[stream], func(t *testing.T) {
+				t.Parallel()
+				c, ws := inProcess(t)
+				st := chunkStore{}
+				entries := tc.entries(st)
+				_, err := c.Restore(context.Background(), agent.RestoreSpec{Dest: "out", Place: archive.PlaceNew, Stream: stream}, entries, st.get)
+				if !errors.Is(err, tc.sentinel) {
+					t.Fatalf("err = %v, want %v", err, tc.sentinel)
 				}
-				var want [32]byte
-				n := 0
-				for _, e := range entries {
-					for _, r := range e.Chunks {
-						if n == tc.chunk {
-							want = r.ID
+				var ce *agent.ChunkError
+				if tc.chunk >= 0 {
+					if !errors.As(err, &ce) || ce.Index != tc.chunk || ce.Path != tc.entry {
+						t.Fatalf("err = %v (%+v), want chunk %d of %q", err, ce, tc.chunk, tc.entry)
+					}
+					var want [32]byte
+					n := 0
+					for _, e := range entries {
+						for _, r := range e.Chunks {
+							if n == tc.chunk {
+								want = r.ID
+							}
+							n++
 						}
-						n++
+					}
+					if ce.ID != want {
+						t.Errorf("chunk id %x, want %x", ce.ID, want)
 					}
 				}
-				if ce.ID != want {
-					t.Errorf("chunk id %x, want %x", ce.ID, want)
+				if tc.entry != "" && !strings.Contains(err.Error(), tc.entry) {
+					t.Errorf("err = %v, does not name %q", err, tc.entry)
 				}
-			}
-			if tc.entry != "" && !strings.Contains(err.Error(), tc.entry) {
-				t.Errorf("err = %v, does not name %q", err, tc.entry)
-			}
-			left, _ := os.ReadDir(ws)
-			if len(left) != 0 {
-				t.Errorf("left in the workspace: %v", left)
-			}
-		})
+				left, _ := os.ReadDir(ws)
+				if len(left) != 0 {
+					t.Errorf("left in the workspace: %v", left)
+				}
+			})
+		}
 	}
 }
 
@@ -221,10 +246,37 @@ func TestRestoreHostileHost(t *testing.T) {
 		return &agentv1.RestoreEntry{Path: "f", Kind: agentv1.Kind_KIND_FILE, Mode: 0o600, Size: size, Chunks: refs}
 	}
 	ref := &agentv1.ChunkInfo{Id: id[:], Size: 4}
+	// A streamed Restore: the chunks' plaintexts in one zstd stream.
+	shdr := func(n int64) *agentv1.RestoreRequest {
+		h := hdr(n)
+		h.GetHeader().Stream = true
+		return h
+	}
+	piece := func(b []byte) *agentv1.RestoreRequest {
+		return &agentv1.RestoreRequest{Msg: &agentv1.RestoreRequest_Stream{Stream: b}}
+	}
+	zs := func(b []byte) []byte { return testEncoder.EncodeAll(b, nil) }
+	zeros := make([]byte, 4)
+	zid := sha256.Sum256(zeros)
+	zref := &agentv1.ChunkInfo{Id: zid[:], Size: 4}
+	// A frame that asks for a 64 MiB window (descriptor 0x80: log 26),
+	// holding "data" in one raw block: encoders size the window to the
+	// input, so it is written by hand.
+	wide := append([]byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x80, 0x21, 0x00, 0x00}, "data"...)
 	for _, tc := range []struct {
 		name string
 		msgs []*agentv1.RestoreRequest
 	}{
+		{"stream: a chunk message", []*agentv1.RestoreRequest{shdr(1), ents(f(4, ref)), chunk}},
+		{"stream: ends before a chunk", []*agentv1.RestoreRequest{shdr(1), ents(f(8, ref, ref)), piece(zs([]byte("data")))}},
+		{"stream: cut short", []*agentv1.RestoreRequest{shdr(1), ents(f(4, ref)), piece(zs([]byte("data"))[:8])}},
+		{"stream: goes on after the last chunk", []*agentv1.RestoreRequest{shdr(1), ents(f(4, ref)), piece(zs([]byte("data+")))}},
+		{"stream: a frame after the last chunk", []*agentv1.RestoreRequest{shdr(1), ents(f(4, ref)), piece(zs([]byte("data"))), piece(zs([]byte("x")))}},
+		{"stream: a message after the stream", []*agentv1.RestoreRequest{shdr(1), ents(f(4, ref)), piece(zs([]byte("data"))), chunk}},
+		{"stream: other content", []*agentv1.RestoreRequest{shdr(1), ents(f(4, ref)), piece(zs([]byte("evil")))}},
+		{"stream: garbage", []*agentv1.RestoreRequest{shdr(1), ents(f(4, ref)), piece([]byte("garbage, not zstd"))}},
+		{"stream: window over the limit", []*agentv1.RestoreRequest{shdr(1), ents(f(4, ref)), piece(wide)}},
+		{"stream: a bomb after the last chunk", []*agentv1.RestoreRequest{shdr(1), ents(f(4, zref)), piece(zs(make([]byte, 64<<20)))}},
 		{"no header", []*agentv1.RestoreRequest{ents(f(4, ref)), chunk}},
 		{"ends before a chunk", []*agentv1.RestoreRequest{hdr(1), ents(f(8, ref, ref)), chunk}},
 		{"chunk after the last", []*agentv1.RestoreRequest{hdr(1), ents(f(4, ref)), chunk, chunk}},

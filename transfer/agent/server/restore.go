@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -82,7 +83,7 @@ func (s *server) restore(stream agentv1.Agent_RestoreServer) (*agentv1.Stats, er
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		chunks := startChunkPipe(ctx, stream.Recv, entries)
+		chunks := startChunkPipe(ctx, stream.Recv, entries, h.GetStream())
 		// Nothing may follow the last chunk, which is checked before the
 		// archive's end is written: the extractor places the tree on it.
 		werr = writeRestoreTree(ctx, pw, entries, chunks, chunks.end)
@@ -205,7 +206,7 @@ type chunkPipe struct {
 
 // startChunkPipe starts receiving and decoding the chunks entries
 // reference. stop ends it; no goroutine outlives stop.
-func startChunkPipe(ctx context.Context, recv func() (*agentv1.RestoreRequest, error), entries []*agentv1.RestoreEntry) *chunkPipe {
+func startChunkPipe(ctx context.Context, recv func() (*agentv1.RestoreRequest, error), entries []*agentv1.RestoreEntry, streamed bool) *chunkPipe {
 	ctx, cancel := context.WithCancel(ctx)
 	c := &chunkPipe{cancel: cancel, queue: make(chan *decoded, chunkDepth)}
 	c.wg.Go(func() {
@@ -222,6 +223,10 @@ func startChunkPipe(ctx context.Context, recv func() (*agentv1.RestoreRequest, e
 			d := &decoded{err: err, ready: make(chan struct{})}
 			close(d.ready)
 			put(d)
+		}
+		if streamed {
+			c.fromStream(recv, entries, put, fail)
+			return
 		}
 		index := 0
 		for _, e := range entries {
@@ -274,6 +279,121 @@ func startChunkPipe(ctx context.Context, recv func() (*agentv1.RestoreRequest, e
 		fail(err)
 	})
 	return c
+}
+
+// maxStreamWindow bounds the window a Restore's chunk stream may ask the
+// decoder for (the host's encoder asks half): the memory a stream can
+// make the agent hold.
+const maxStreamWindow = 8 << 20
+
+// fromStream is the chunk pipe's reader for a streamed Restore: one zstd
+// stream of the chunks' plaintexts in order of reference, cut into
+// stream messages. Each chunk is read whole, then checked against its id
+// in a goroutine of its own, as a stored chunk is.
+func (c *chunkPipe) fromStream(recv func() (*agentv1.RestoreRequest, error), entries []*agentv1.RestoreEntry, put func(*decoded) bool, fail func(error)) {
+	pr := &pieceReader{recv: recv, wire: &c.wire}
+	dec, err := zstd.NewReader(pr, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxStreamWindow), zstd.WithDecoderMaxMemory(wire.MaxChunk+maxStreamWindow))
+	if err != nil {
+		fail(fmt.Errorf("restore: chunk stream: %w", err))
+		return
+	}
+	defer dec.Close()
+	// broken names why the stream could not be read: the channel's or the
+	// framing's error first, the decoder's otherwise.
+	broken := func(index int, path string, err error) error {
+		if pr.err != nil {
+			return pr.err
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return status.Errorf(codes.InvalidArgument, "restore: the chunk stream ended before chunk %d (of %q)", index, path)
+		}
+		return status.Errorf(codes.InvalidArgument, "restore: the chunk stream does not decode at chunk %d (of %q): %v", index, path, err)
+	}
+	index := 0
+	for _, e := range entries {
+		for _, ref := range e.GetChunks() {
+			size := int(ref.GetSize())
+			buf := wire.Buffers.Get(size + wire.DecodeSlack)
+			plain := (*buf)[:size]
+			if _, err := io.ReadFull(dec, plain); err != nil {
+				wire.Buffers.Put(buf)
+				fail(broken(index, e.GetPath(), err))
+				return
+			}
+			ce := &wire.ChunkError{Index: index, Path: e.GetPath()}
+			copy(ce.ID[:], ref.GetId())
+			index++
+			d := &decoded{ready: make(chan struct{})}
+			if !put(d) {
+				wire.Buffers.Put(buf)
+				return
+			}
+			c.wg.Go(func() {
+				defer close(d.ready)
+				if sha256.Sum256(plain) != ce.ID {
+					ce.Err = errors.New("content does not match its id")
+					d.err = ce
+					wire.Buffers.Put(buf)
+					return
+				}
+				d.plain, d.buf = plain, buf
+			})
+		}
+	}
+	// The end check: the stream ends with the last chunk, and no message
+	// follows it.
+	var one [1]byte
+	n, err := dec.Read(one[:])
+	switch {
+	case n > 0:
+		err = status.Errorf(codes.InvalidArgument, "restore: the chunk stream goes on after the last chunk")
+	case pr.err != nil:
+		err = pr.err
+	case err == io.EOF:
+		err = nil
+	default:
+		err = status.Errorf(codes.InvalidArgument, "restore: the chunk stream does not end cleanly: %v", err)
+	}
+	fail(err)
+}
+
+// pieceReader reads a Restore's stream messages as one byte stream; it
+// ends with the call's stream (io.EOF), and any other message is an
+// error it keeps in err.
+type pieceReader struct {
+	recv func() (*agentv1.RestoreRequest, error)
+	wire *int64
+	cur  []byte
+	err  error
+}
+
+func (r *pieceReader) Read(p []byte) (int, error) {
+	for len(r.cur) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		m, err := r.recv()
+		if err == io.EOF {
+			return 0, io.EOF
+		}
+		if err != nil {
+			r.err = err
+			return 0, err
+		}
+		*r.wire += int64(proto.Size(m))
+		piece, ok := m.GetMsg().(*agentv1.RestoreRequest_Stream)
+		if !ok {
+			r.err = status.Errorf(codes.InvalidArgument, "restore: a %T in the chunk stream", m.GetMsg())
+			return 0, r.err
+		}
+		// Not released to wire.Buffers: the message is small next to
+		// the chunks, and the decoder may hold on to what it was given
+		// until its next Read.
+		r.cur = piece.Stream
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
 }
 
 // decodeChunk decodes one stored chunk into dst's storage (size plus

@@ -2015,6 +2015,7 @@ type RestoreRequest struct {
 	//	*RestoreRequest_Header
 	//	*RestoreRequest_Entries
 	//	*RestoreRequest_Chunk
+	//	*RestoreRequest_Stream
 	Msg           isRestoreRequest_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2084,6 +2085,15 @@ func (x *RestoreRequest) GetChunk() []byte {
 	return nil
 }
 
+func (x *RestoreRequest) GetStream() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*RestoreRequest_Stream); ok {
+			return x.Stream
+		}
+	}
+	return nil
+}
+
 type isRestoreRequest_Msg interface {
 	isRestoreRequest_Msg()
 }
@@ -2101,11 +2111,21 @@ type RestoreRequest_Chunk struct {
 	Chunk []byte `protobuf:"bytes,3,opt,name=chunk,proto3,oneof"`
 }
 
+type RestoreRequest_Stream struct {
+	// Stream is the next piece of the one zstd stream that holds, with
+	// RestoreHeader.stream, the plaintext of every chunk the entries
+	// reference, one after another in order of reference; pieces are cut
+	// anywhere.
+	Stream []byte `protobuf:"bytes,4,opt,name=stream,proto3,oneof"`
+}
+
 func (*RestoreRequest_Header) isRestoreRequest_Msg() {}
 
 func (*RestoreRequest_Entries) isRestoreRequest_Msg() {}
 
 func (*RestoreRequest_Chunk) isRestoreRequest_Msg() {}
+
+func (*RestoreRequest_Stream) isRestoreRequest_Msg() {}
 
 type RestoreHeader struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -2114,7 +2134,11 @@ type RestoreHeader struct {
 	Limits  *Limits                `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
 	Staging string                 `protobuf:"bytes,4,opt,name=staging,proto3" json:"staging,omitempty"`
 	// Entries is how many entries follow, all before the first chunk.
-	Entries       int64 `protobuf:"varint,5,opt,name=entries,proto3" json:"entries,omitempty"`
+	Entries int64 `protobuf:"varint,5,opt,name=entries,proto3" json:"entries,omitempty"`
+	// Stream: the chunks come as stream pieces, not chunk messages. One
+	// stream's window spans chunks, where each stored frame stands alone:
+	// on a slow link that is about half the bytes.
+	Stream        bool `protobuf:"varint,6,opt,name=stream,proto3" json:"stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2182,6 +2206,13 @@ func (x *RestoreHeader) GetEntries() int64 {
 		return x.Entries
 	}
 	return 0
+}
+
+func (x *RestoreHeader) GetStream() bool {
+	if x != nil {
+		return x.Stream
+	}
+	return false
 }
 
 type RestoreEntries struct {
@@ -2451,18 +2482,20 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\x12ReadChunksResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x12\n" +
-	"\x04zstd\x18\x03 \x01(\bR\x04zstd\"\xa4\x01\n" +
+	"\x04zstd\x18\x03 \x01(\bR\x04zstd\"\xbe\x01\n" +
 	"\x0eRestoreRequest\x127\n" +
 	"\x06header\x18\x01 \x01(\v2\x1d.ferry.agent.v1.RestoreHeaderH\x00R\x06header\x12:\n" +
 	"\aentries\x18\x02 \x01(\v2\x1e.ferry.agent.v1.RestoreEntriesH\x00R\aentries\x12\x16\n" +
-	"\x05chunk\x18\x03 \x01(\fH\x00R\x05chunkB\x05\n" +
-	"\x03msg\"\xb8\x01\n" +
+	"\x05chunk\x18\x03 \x01(\fH\x00R\x05chunk\x12\x18\n" +
+	"\x06stream\x18\x04 \x01(\fH\x00R\x06streamB\x05\n" +
+	"\x03msg\"\xd0\x01\n" +
 	"\rRestoreHeader\x12\x12\n" +
 	"\x04dest\x18\x01 \x01(\tR\x04dest\x12/\n" +
 	"\x05place\x18\x02 \x01(\x0e2\x19.ferry.agent.v1.PlacementR\x05place\x12.\n" +
 	"\x06limits\x18\x03 \x01(\v2\x16.ferry.agent.v1.LimitsR\x06limits\x12\x18\n" +
 	"\astaging\x18\x04 \x01(\tR\astaging\x12\x18\n" +
-	"\aentries\x18\x05 \x01(\x03R\aentries\"H\n" +
+	"\aentries\x18\x05 \x01(\x03R\aentries\x12\x16\n" +
+	"\x06stream\x18\x06 \x01(\bR\x06stream\"H\n" +
 	"\x0eRestoreEntries\x126\n" +
 	"\aentries\x18\x01 \x03(\v2\x1c.ferry.agent.v1.RestoreEntryR\aentries\"\xe7\x01\n" +
 	"\fRestoreEntry\x12\x12\n" +
@@ -2626,6 +2659,7 @@ func file_ferry_agent_v1_agent_proto_init() {
 		(*RestoreRequest_Header)(nil),
 		(*RestoreRequest_Entries)(nil),
 		(*RestoreRequest_Chunk)(nil),
+		(*RestoreRequest_Stream)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
