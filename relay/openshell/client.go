@@ -186,7 +186,7 @@ func (c *Client) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	if err := cmd.Validate(); err != nil {
 		return 0, err
 	}
-	id, err := c.SandboxID(ctx, cmd.Sandbox)
+	id, cached, err := c.readyID(ctx, cmd.Sandbox)
 	if err != nil {
 		return 0, err
 	}
@@ -207,10 +207,11 @@ func (c *Client) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 		if id2, err2 := c.SandboxID(ctx, cmd.Sandbox); err2 == nil && id2 != id {
 			return c.execOnce(ctx, id2, cmd)
 		}
-	case errors.Is(err, relay.ErrNotReady):
+	case cached && errors.Is(err, relay.ErrNotReady):
 		// A cached id skipped the lookup that says which phase the
 		// sandbox is in; the lookup's error says it (or, ready by now,
-		// the command runs).
+		// the command runs). Without the cache the lookup has just
+		// been made.
 		c.forget(cmd.Sandbox)
 		id2, err2 := c.SandboxID(ctx, cmd.Sandbox)
 		if err2 != nil {

@@ -44,15 +44,21 @@ func (d IDDir) LoadID(key string) (string, bool) {
 		return "", false
 	}
 	k, id, ok := strings.Cut(strings.TrimSuffix(string(b), "\n"), "\n")
-	if !ok || k != key || id == "" || len(id) > maxIDLen || strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+	if !ok || k != key || !validID(id) {
 		return "", false
 	}
 	return id, true
 }
 
+// validID reports whether id is one an entry may hold: 1 to maxIDLen
+// bytes, no space or control character.
+func validID(id string) bool {
+	return id != "" && len(id) <= maxIDLen && !strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f })
+}
+
 // StoreID implements IDCache.
 func (d IDDir) StoreID(key, id string) {
-	if strings.Contains(key, "\n") || strings.ContainsAny(id, "\n") {
+	if strings.Contains(key, "\n") || !validID(id) {
 		return
 	}
 	if err := os.MkdirAll(string(d), 0o700); err != nil {

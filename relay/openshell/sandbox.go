@@ -25,17 +25,24 @@ func connectParams(timeout time.Duration) grpc.ConnectParams {
 // SandboxID resolves a sandbox name to the object id that exec RPCs take,
 // and checks that the sandbox is READY. Ids are cached per name.
 func (c *Client) SandboxID(ctx context.Context, name string) (string, error) {
+	id, _, err := c.readyID(ctx, name)
+	return id, err
+}
+
+// readyID is SandboxID, and whether the id came from a cache (no lookup
+// checked the sandbox READY just now).
+func (c *Client) readyID(ctx context.Context, name string) (id string, cached bool, err error) {
 	if id, ok := c.cachedID(name); ok {
-		return id, nil
+		return id, true, nil
 	}
 	sb, err := c.lookup(ctx, name)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if p := sb.GetStatus().GetPhase(); p != openshellv1.SandboxPhase_SANDBOX_PHASE_READY {
-		return "", fmt.Errorf("sandbox %s: %w (phase %s)", name, relay.ErrNotReady, phaseName(p))
+		return "", false, fmt.Errorf("sandbox %s: %w (phase %s)", name, relay.ErrNotReady, phaseName(p))
 	}
-	return sb.GetMetadata().GetId(), nil
+	return sb.GetMetadata().GetId(), false, nil
 }
 
 func (c *Client) cachedID(name string) (string, bool) {
