@@ -210,8 +210,10 @@ func serve(ctx context.Context, cfg DialConfig, probeOnly bool) (*Client, probeR
 			default:
 			}
 			cancel()
-			<-x.done
+			// Nothing more is read: a relay still delivering the
+			// agent's last bytes (its GOAWAY) must not block on them.
 			stdoutR.CloseWithError(io.ErrClosedPipe)
+			<-x.done
 			if err := x.closeErr(); errors.Is(err, relay.ErrRelayLost) {
 				// Lost before the cancel: the caller may want to know
 				// the sandbox is out of reach.

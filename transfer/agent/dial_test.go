@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/local"
@@ -214,6 +216,45 @@ func (e *endings) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 		}
 	}
 	return code, err
+}
+
+// lateOutput is an Execer whose serve commands write to their stdout once
+// more after the command ended: a relay delivering the agent's last bytes
+// after the host has stopped reading (1 MiB: more than the connection's
+// reader, were it still reading, takes before the garbage stops it).
+type lateOutput struct{ relay.Execer }
+
+func (l lateOutput) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
+	code, err := l.Execer.Exec(ctx, cmd)
+	if cmd.Argv[len(cmd.Argv)-1] == "serve" {
+		cmd.Stdout.Write(bytes.Repeat([]byte("late"), 1<<18))
+	}
+	return code, err
+}
+
+// TestCloseSettledLateOutput: a settled Close does not wait on output
+// nobody reads any more.
+func TestCloseSettledLateOutput(t *testing.T) {
+	ctx := context.Background()
+	cfg, _ := sandbox(t, false)
+	cfg.X = lateOutput{cfg.X}
+	c, _, err := agent.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("close: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close blocked on output after the agent had answered every call")
+	}
 }
 
 // TestCloseSettled: once the agent has answered every call (an error it
