@@ -421,7 +421,18 @@ func testHostileAgentSession(t *testing.T, sk storeKind) {
 		// Frames whose window the store's reader refuses are checked with
 		// its rules before anything is kept: the save fails, rather than
 		// store what a POSIX restore or verify of the key would refuse.
-		refused(t, hostile.Scenario{ZstdWindow: 4 << 20}, archive.ErrDigest, "")
+		// New files' chunks come with the scan; an agent that leaves them
+		// out has them fetched. Both ways are checked alike.
+		for _, fetched := range []bool{false, true} {
+			t.Run(fmt.Sprintf("fetched=%v", fetched), func(t *testing.T) {
+				log := filepath.Join(t.TempDir(), "reads")
+				refused(t, hostile.Scenario{ZstdWindow: 4 << 20, NoInline: fetched, Log: log}, archive.ErrDigest, "")
+				reads, err := os.ReadFile(log)
+				if fetched != (err == nil && len(reads) > 0) {
+					t.Fatalf("fetched=%v, yet the host's reads were %q (%v): the case ran the other path", fetched, reads, err)
+				}
+			})
+		}
 	})
 	t.Run("restore-lies", func(t *testing.T) {
 		h.lie(t, hostile.Scenario{PutLie: true})

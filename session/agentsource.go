@@ -26,6 +26,13 @@ const (
 	maxFetchRefs = 1 << 20
 )
 
+// inlineBytes is how many bytes of chunks a save lets the agent send with
+// the scan's entries (new files', appended content): a small change is
+// saved in the scan's round trip, with no ReadChunks call after it. The
+// rest, a first save's bulk, comes by ReadChunks, compressed and sent
+// apart from the walk.
+const inlineBytes = 4 << 20
+
 // ErrAgent matches a save that failed because ferry's agent answered
 // something no honest agent sends: an unsafe or duplicate path, an unknown
 // kind, a chunk list that does not add up, a file reported unchanged that
@@ -108,7 +115,11 @@ func (a *AgentSource) Scan(ctx context.Context, prev *Parent, sink Sink) error {
 	}
 	f := &fetcher{a: a, sink: sink, want: map[ID]bool{}}
 	w := &agentWalk{files: prev.Files()}
-	err := a.Client.Scan(ctx, a.Dir, known, cdc.Default(), func(se agent.ScanEntry) error {
+	opts := agent.ScanOptions{Params: cdc.Default(), Compress: a.Compress}
+	if !a.ListOnly {
+		opts.InlineBytes = inlineBytes
+	}
+	err := a.Client.Scan(ctx, a.Dir, known, opts, func(se agent.ScanEntry) error {
 		e, chunks, err := a.entry(se, w)
 		if err != nil {
 			return fmt.Errorf("scan %s: %w", a.Dir, err)
@@ -291,6 +302,7 @@ func claimable(sink Sink, id ID) bool {
 type fetcher struct {
 	a       *AgentSource
 	sink    Sink
+	buf     []byte // an inline chunk's plaintext
 	reads   []agent.ChunkRead
 	bytes   int64
 	paths   int
@@ -307,11 +319,18 @@ func (f *fetcher) add(ctx context.Context, e Entry, chunks []agent.Chunk) error 
 	wait := false
 	for i, c := range chunks {
 		id := e.Chunks[i].ID
+		f.a.WireBytes += c.InlineSize()
 		if f.want[id] {
 			wait = true
 			continue
 		}
 		if claimable(f.sink, id) {
+			continue
+		}
+		if done, err := f.inline(ctx, e.Path, c); err != nil || done {
+			if err != nil {
+				return err
+			}
 			continue
 		}
 		if len(f.reads) == maxFetchReads || f.bytes+c.Size > maxFetchBytes || f.paths+len(e.Path) > maxFetchPaths {
@@ -357,6 +376,40 @@ func (f *fetcher) flush(ctx context.Context) error {
 	return nil
 }
 
+// inline stores chunk c of the file at path if the agent sent it with its
+// entry, checked against its id as a fetched one is; done says it did.
+// Inline bytes of a chunk the save holds already are dropped unread.
+func (f *fetcher) inline(ctx context.Context, path string, c agent.Chunk) (done bool, err error) {
+	data, stored, buf, ok, err := c.Inline(f.buf)
+	f.buf = buf
+	if !ok {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("scan %s: %s at %d: %w", f.a.Dir, path, c.Offset, err)
+	}
+	if err := f.store(ctx, path, ID(c.ID), data, stored); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// store puts a chunk checked against its id want in the sink.
+func (f *fetcher) store(ctx context.Context, path string, want ID, data, stored []byte) error {
+	if ks, ok := f.sink.(*sink); ok {
+		if err := ks.putChecked(ctx, want, data, stored); err != nil {
+			return err
+		}
+	} else if id, err := f.sink.Put(ctx, data); err != nil {
+		return err
+	} else if id != want {
+		return fmt.Errorf("store chunk of %s: stored as %s, want %s", path, id, want)
+	}
+	f.a.FetchedBytes += int64(len(data))
+	f.a.FetchedChunks++
+	return nil
+}
+
 // fetch reads the chunks reads name from the agent and stores them.
 func (f *fetcher) fetch(ctx context.Context, reads []agent.ChunkRead) error {
 	wire, err := f.a.Client.ReadChunksStored(ctx, f.a.Dir, reads, f.a.Compress, func(i int, data, stored []byte) error {
@@ -364,19 +417,7 @@ func (f *fetcher) fetch(ctx context.Context, reads []agent.ChunkRead) error {
 		// against data: a chunk that travelled compressed is kept as it
 		// came, not compressed a second time. data and stored are valid
 		// only during this call: the sink copies what it uploads.
-		want := ID(reads[i].ID)
-		if ks, ok := f.sink.(*sink); ok {
-			if err := ks.putChecked(ctx, want, data, stored); err != nil {
-				return err
-			}
-		} else if id, err := f.sink.Put(ctx, data); err != nil {
-			return err
-		} else if id != want {
-			return fmt.Errorf("store chunk of %s: stored as %s, want %s", reads[i].Path, id, want)
-		}
-		f.a.FetchedBytes += int64(len(data))
-		f.a.FetchedChunks++
-		return nil
+		return f.store(ctx, reads[i].Path, ID(reads[i].ID), data, stored)
 	})
 	f.a.WireBytes += wire
 	if err != nil {

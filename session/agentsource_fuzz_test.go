@@ -14,7 +14,6 @@ import (
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
 	"github.com/ferry-dev/ferry/transfer/archive"
-	"github.com/ferry-dev/ferry/transfer/cdc"
 )
 
 // FuzzAgentEntry feeds AgentSource.entry what a hostile agent may answer
@@ -56,7 +55,7 @@ func FuzzAgentEntry(f *testing.F) {
 		a := &AgentSource{}
 		w := &agentWalk{files: (*Parent)(nil).Files()}
 		stop := errors.New("refused")
-		err := c.Scan(context.Background(), ".", nil, cdc.Default(), func(se agent.ScanEntry) error {
+		err := c.Scan(context.Background(), ".", nil, agent.ScanOptions{}, func(se agent.ScanEntry) error {
 			e, chunks, err := a.entry(se, w)
 			if err != nil {
 				if !errors.Is(err, ErrAgent) && !errors.Is(err, archive.ErrLimit) {

@@ -1,6 +1,7 @@
 package session_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/session"
@@ -185,7 +188,8 @@ func (r *recorder) ReadChunks(req *agentv1.ReadChunksRequest, s agentv1.Agent_Re
 
 // TestAgentSourceIncremental: after appending to a few files, the second
 // save fetches only new chunks, of those files only, and the untouched
-// files are reported unchanged and never read.
+// files are reported unchanged and never read. The new chunks come with
+// the scan's entries: no chunk is read apart.
 func TestAgentSourceIncremental(t *testing.T) {
 	ws := t.TempDir()
 	src := filepath.Join(ws, "sessions-root")
@@ -226,8 +230,8 @@ func TestAgentSourceIncremental(t *testing.T) {
 			t.Errorf("%s: reported unchanged %v, grown %v", p, rec.unchanged[p], grown[p])
 		}
 	}
-	if asked != m2.NewBytes || as.FetchedBytes != asked {
-		t.Errorf("asked for %d bytes, fetched %d, stored %d", asked, as.FetchedBytes, m2.NewBytes)
+	if asked != 0 || as.FetchedBytes != m2.NewBytes {
+		t.Errorf("asked for %d bytes apart, fetched %d, stored %d; want it all inline", asked, as.FetchedBytes, m2.NewBytes)
 	}
 	// Each grown file stores its old tail chunk again, with what was
 	// appended.
@@ -279,6 +283,21 @@ func file(path string, data []byte) *agentv1.ScanEntry {
 	sum := sha256.Sum256(data)
 	return &agentv1.ScanEntry{Path: path, Kind: agentv1.Kind_KIND_FILE, Mode: 0o644, Size: int64(len(data)),
 		Chunks: []*agentv1.ChunkInfo{{Id: sum[:], Size: int64(len(data))}}}
+}
+
+// inlined is e with b sent inline as its first chunk (a zstd frame when z).
+func inlined(e *agentv1.ScanEntry, b []byte, z bool) *agentv1.ScanEntry {
+	e.Chunks[0].Data, e.Chunks[0].Zstd = b, z
+	return e
+}
+
+func zstdOf(b []byte) []byte {
+	enc, err := zstd.NewWriter(nil)
+	if err != nil {
+		panic(err)
+	}
+	defer enc.Close()
+	return enc.EncodeAll(b, nil)
 }
 
 func dirEntry(path string) *agentv1.ScanEntry {
@@ -338,6 +357,12 @@ func TestAgentSourceHostile(t *testing.T) {
 		{"wrong chunk bytes", []*agentv1.ScanEntry{file("a", data)}, map[string][]byte{"a": []byte("file CONTENT")}, archive.ErrDigest, "a at 0"},
 		{"wrong second chunk", []*agentv1.ScanEntry{file("a", data), dirEntry("d"), file("d/b", []byte("other"))}, map[string][]byte{"a": data, "d/b": []byte("OTHER")}, archive.ErrDigest, "d/b at 0"},
 		{"parent not a dir", []*agentv1.ScanEntry{file("d/b", data)}, honest, session.ErrManifest, `"d/b"`},
+		// Chunks sent inline with their entries are checked as fetched ones.
+		{"wrong inline bytes", []*agentv1.ScanEntry{inlined(file("a", data), []byte("file CONTENT"), false)}, honest, archive.ErrDigest, "a at 0"},
+		{"inline longer than the chunk", []*agentv1.ScanEntry{inlined(file("a", data), bytes.Repeat(data, 100), false)}, honest, archive.ErrDigest, "a at 0"},
+		{"inline not zstd", []*agentv1.ScanEntry{inlined(file("a", data), []byte("not a zstd frame"), true)}, honest, archive.ErrDigest, "a at 0"},
+		{"inline zstd bomb", []*agentv1.ScanEntry{inlined(file("a", data), zstdOf(make([]byte, 64<<20)), true)}, honest, archive.ErrDigest, "a at 0"},
+		{"inline zstd of other bytes", []*agentv1.ScanEntry{inlined(file("a", data), zstdOf([]byte("file CONTENT")), true)}, honest, archive.ErrDigest, "a at 0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -369,5 +394,21 @@ func TestAgentSourceHostile(t *testing.T) {
 	}
 	if m, err := s.Load(context.Background(), key, 0); err != nil || m.Seq != m1.Seq {
 		t.Fatalf("after the failed save: %v, %v; want snapshot %d still the newest", m, err, m1.Seq)
+	}
+
+	// Inline bytes for a chunk the key's parent holds are not read: they
+	// cannot stand in for it, right or wrong.
+	c = fakeAgent(t, &liarAgent{entries: []*agentv1.ScanEntry{inlined(file("a", data), []byte("file CONTENT"), false)}})
+	as := &session.AgentSource{Client: c, Dir: "x", ReuseUnchanged: true}
+	if _, err := s.Save(context.Background(), key, as); err != nil {
+		t.Fatalf("save with inline bytes for a held chunk: %v", err)
+	}
+	if as.FetchedChunks != 0 {
+		t.Fatalf("%d chunks taken from the agent, want none", as.FetchedChunks)
+	}
+	dst := filepath.Join(t.TempDir(), "back")
+	restore(t, s, key, dst, session.RestoreOptions{})
+	if got, err := os.ReadFile(filepath.Join(dst, "a")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("restored a = %q, %v; want %q", got, err, data)
 	}
 }

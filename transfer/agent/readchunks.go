@@ -95,31 +95,43 @@ func (c *Client) ReadChunksStored(ctx context.Context, dir string, reads []Chunk
 			return onWire, fmt.Errorf("%s: %w: the agent sent chunk %d, want %d", op, archive.ErrDigest, m.GetIndex(), next)
 		}
 		r := reads[next]
-		data := m.GetData()
-		var stored []byte
-		onWire += int64(len(data))
-		if int64(len(data)) > r.Size+r.Size/8+1024 || int64(len(data)) > r.Size && !m.GetZstd() {
-			return onWire, fmt.Errorf("%s: %s at %d: %w: %d bytes for %d", op, r.Path, r.Offset, archive.ErrDigest, len(data), r.Size)
-		}
-		if m.GetZstd() {
-			if cap(buf) < int(r.Size+wire.DecodeSlack) {
-				buf = make([]byte, 0, r.Size+wire.DecodeSlack)
-			}
-			stored = data
-			if data, err = wire.ChunkDecoder(r.Size).DecodeAll(data, buf[:0:r.Size+wire.DecodeSlack]); err != nil {
-				return onWire, fmt.Errorf("%s: %s at %d: %w: %v", op, r.Path, r.Offset, archive.ErrDigest, err)
-			}
-		}
-		if int64(len(data)) != r.Size {
-			return onWire, fmt.Errorf("%s: %s at %d: %w: %d bytes for %d", op, r.Path, r.Offset, archive.ErrDigest, len(data), r.Size)
-		}
-		if sha256.Sum256(data) != r.ID {
-			return onWire, fmt.Errorf("%s: %s at %d: %w: SHA-256 differs from the scan's", op, r.Path, r.Offset, archive.ErrDigest)
+		onWire += int64(len(m.GetData()))
+		var data, stored []byte
+		data, stored, buf, err = checkChunk(r.Size, r.ID, m.GetData(), m.GetZstd(), buf)
+		if err != nil {
+			return onWire, fmt.Errorf("%s: %s at %d: %w", op, r.Path, r.Offset, err)
 		}
 		if err := fn(next, data, stored); err != nil {
 			return onWire, err
 		}
 	}
+}
+
+// checkChunk checks that data (one zstd frame of it when zstd) is the
+// chunk of size bytes whose SHA-256 is id, and returns its plaintext, and
+// data as the stored frame when zstd. buf is storage for the plaintext,
+// returned grown as needed. Every failure matches archive.ErrDigest.
+func checkChunk(size int64, id [sha256.Size]byte, data []byte, zstd bool, buf []byte) (plain, stored, _ []byte, err error) {
+	if int64(len(data)) > size+size/8+1024 || int64(len(data)) > size && !zstd {
+		return nil, nil, buf, fmt.Errorf("%w: %d bytes for %d", archive.ErrDigest, len(data), size)
+	}
+	plain = data
+	if zstd {
+		if cap(buf) < int(size+wire.DecodeSlack) {
+			buf = make([]byte, 0, size+wire.DecodeSlack)
+		}
+		stored = data
+		if plain, err = wire.ChunkDecoder(size).DecodeAll(data, buf[:0:size+wire.DecodeSlack]); err != nil {
+			return nil, nil, buf, fmt.Errorf("%w: %v", archive.ErrDigest, err)
+		}
+	}
+	if int64(len(plain)) != size {
+		return nil, nil, buf, fmt.Errorf("%w: %d bytes for %d", archive.ErrDigest, len(plain), size)
+	}
+	if sha256.Sum256(plain) != id {
+		return nil, nil, buf, fmt.Errorf("%w: SHA-256 differs from the scan's", archive.ErrDigest)
+	}
+	return plain, stored, buf, nil
 }
 
 // ChunkRead is one chunk for ReadChunks to fetch: a range of a file

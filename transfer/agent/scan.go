@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
 	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/cdc"
+	"github.com/ferry-dev/ferry/transfer/frame"
 )
 
 // Scan lists dir in the sandbox (relative paths start at the workspace) for
@@ -23,15 +24,16 @@ import (
 // its walk reaches them, in batches of knownBatch, so that neither side
 // holds the whole list; known is read from a goroutine of Scan's, which
 // has returned when Scan does, and its error ends the scan and is
-// returned. A nil known is none. params are the chunker's (the zero value
-// is cdc.Default()). fn's error ends the scan and is returned.
+// returned. A nil known is none. opts are the chunker's params and the
+// inline chunks the agent may send (see ScanOptions). fn's error ends the
+// scan and is returned.
 //
 // The agent may be hostile: fn gets the entries as the agent sent them,
 // unchecked but for what ScanEntry cannot hold (a kind the protocol does
 // not define, a chunk id that is not a SHA-256), which ends the scan with
 // an *archive.EntryError naming the entry and matching ErrBadAnswer; the
 // caller validates the rest (package session's AgentSource does).
-func (c *Client) Scan(ctx context.Context, dir string, known iter.Seq2[KnownFile, error], params cdc.Params, fn func(ScanEntry) error) error {
+func (c *Client) Scan(ctx context.Context, dir string, known iter.Seq2[KnownFile, error], opts ScanOptions, fn func(ScanEntry) error) error {
 	if dir == "" {
 		dir = "."
 	}
@@ -39,6 +41,11 @@ func (c *Client) Scan(ctx context.Context, dir string, known iter.Seq2[KnownFile
 	if err := wire.CheckRemotePath("scan", dir); err != nil {
 		return err
 	}
+	comp, ok := wire.Compressions[opts.Compress]
+	if !ok {
+		return fmt.Errorf("%s: unknown compression %v", op, opts.Compress)
+	}
+	params := opts.Params
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.rpc.ScanStream(ctx)
@@ -46,8 +53,10 @@ func (c *Client) Scan(ctx context.Context, dir string, known iter.Seq2[KnownFile
 		return c.callErr(op, err)
 	}
 	first := &agentv1.ScanRequest{
-		Dir:    dir,
-		Params: &agentv1.ChunkParams{Min: int32(params.Min), Avg: int32(params.Avg), Max: int32(params.Max)},
+		Dir:               dir,
+		Params:            &agentv1.ChunkParams{Min: int32(params.Min), Avg: int32(params.Avg), Max: int32(params.Max)},
+		InlineBytes:       opts.InlineBytes,
+		InlineCompression: comp,
 	}
 	sent := make(chan error, 1)
 	go func() {
@@ -132,6 +141,42 @@ type ScanEntry struct {
 type Chunk struct {
 	Offset, Size int64
 	ID           [sha256.Size]byte
+	// inline is the chunk as the agent sent it with the entry (ScanOptions
+	// .InlineBytes), unchecked: Inline checks it. Valid only during the
+	// call of Scan's fn.
+	inline []byte
+	zstd   bool
+}
+
+// Inline returns the chunk's plaintext and, when it came compressed, its
+// zstd frame as it came, if the agent sent the chunk with its entry (ok
+// false when not), checked against its size and id: an error matches
+// archive.ErrDigest. buf is storage for the plaintext, grown as needed
+// and returned. Both slices are valid only during the call of Scan's fn.
+func (c Chunk) Inline(buf []byte) (plain, stored, _ []byte, ok bool, err error) {
+	if c.inline == nil {
+		return nil, nil, buf, false, nil
+	}
+	plain, stored, buf, err = checkChunk(c.Size, c.ID, c.inline, c.zstd, buf)
+	return plain, stored, buf, true, err
+}
+
+// InlineSize is the bytes of the chunk that came with its entry: what
+// crossed the wire for it, whether or not Inline is asked.
+func (c Chunk) InlineSize() int64 { return int64(len(c.inline)) }
+
+// ScanOptions are a Scan's choices beyond the defaults.
+type ScanOptions struct {
+	// Params are the chunker's (the zero value is cdc.Default()).
+	Params cdc.Params
+	// InlineBytes is how many bytes of chunks, at most, the agent may send
+	// with their entries, where the host cannot hold them already: a new
+	// file's, and an appended file's past its known size. A save of a
+	// small change then needs no ReadChunks call, and no round trip for
+	// it. Zero: none.
+	InlineBytes int64
+	// Compress is how inline chunks travel.
+	Compress frame.Mode
 }
 
 // ErrBadAnswer matches an answer of the agent that the protocol cannot
@@ -160,7 +205,7 @@ func scanEntryOf(pe *agentv1.ScanEntry) (ScanEntry, error) {
 		if len(c.GetId()) != sha256.Size {
 			return bad("chunk %d: id of %d bytes", i, len(c.GetId()))
 		}
-		e.Chunks[i] = Chunk{Offset: c.GetOffset(), Size: c.GetSize(), ID: [sha256.Size]byte(c.GetId())}
+		e.Chunks[i] = Chunk{Offset: c.GetOffset(), Size: c.GetSize(), ID: [sha256.Size]byte(c.GetId()), inline: c.GetData(), zstd: c.GetZstd()}
 	}
 	return e, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/cdc"
+	"github.com/ferry-dev/ferry/transfer/frame"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
@@ -40,7 +41,7 @@ func knownSeq(known []agent.KnownFile) iter.Seq2[agent.KnownFile, error] {
 func scanAll(t *testing.T, c *agent.Client, dir string, known []agent.KnownFile) []agent.ScanEntry {
 	t.Helper()
 	var got []agent.ScanEntry
-	if err := c.Scan(context.Background(), dir, knownSeq(known), cdc.Default(), func(e agent.ScanEntry) error {
+	if err := c.Scan(context.Background(), dir, knownSeq(known), agent.ScanOptions{}, func(e agent.ScanEntry) error {
 		got = append(got, e)
 		return nil
 	}); err != nil {
@@ -155,23 +156,23 @@ func TestScanRefusals(t *testing.T) {
 	}
 	ctx := context.Background()
 	nop := func(agent.ScanEntry) error { return nil }
-	err := c.Scan(ctx, "missing", nil, cdc.Default(), nop)
+	err := c.Scan(ctx, "missing", nil, agent.ScanOptions{}, nop)
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing dir: %v", err)
 	}
-	err = c.Scan(ctx, ".", nil, cdc.Params{Min: 1, Avg: 3, Max: 4}, nop)
+	err = c.Scan(ctx, ".", nil, agent.ScanOptions{Params: cdc.Params{Min: 1, Avg: 3, Max: 4}}, nop)
 	if re := (*agent.RemoteError)(nil); !errors.As(err, &re) || re.Code != codes.InvalidArgument {
 		t.Errorf("bad params: %v", err)
 	}
-	err = c.Scan(ctx, ".", nil, cdc.Params{Min: 1 << 20, Avg: 2 << 20, Max: 64 << 20}, nop)
+	err = c.Scan(ctx, ".", nil, agent.ScanOptions{Params: cdc.Params{Min: 1 << 20, Avg: 2 << 20, Max: 64 << 20}}, nop)
 	if re := (*agent.RemoteError)(nil); !errors.As(err, &re) || re.Code != codes.InvalidArgument {
 		t.Errorf("huge chunks: %v", err)
 	}
-	if err := c.Scan(ctx, "a\nb", nil, cdc.Default(), nop); !errors.Is(err, agent.ErrInvalidPath) {
+	if err := c.Scan(ctx, "a\nb", nil, agent.ScanOptions{}, nop); !errors.Is(err, agent.ErrInvalidPath) {
 		t.Errorf("newline: %v", err)
 	}
 	stop := errors.New("stop")
-	if err := c.Scan(ctx, ".", nil, cdc.Default(), func(agent.ScanEntry) error { return stop }); err != stop {
+	if err := c.Scan(ctx, ".", nil, agent.ScanOptions{}, func(agent.ScanEntry) error { return stop }); err != stop {
 		t.Errorf("fn's error: %v", err)
 	}
 }
@@ -255,7 +256,7 @@ func TestScanKnownRefused(t *testing.T) {
 	nop := func(agent.ScanEntry) error { return nil }
 	// Byte order, not walk order.
 	unordered := knownSeq([]agent.KnownFile{{Path: "a-b"}, {Path: "a/x"}})
-	err := c.Scan(ctx, ".", unordered, cdc.Default(), nop)
+	err := c.Scan(ctx, ".", unordered, agent.ScanOptions{}, nop)
 	if re := (*agent.RemoteError)(nil); !errors.As(err, &re) || re.Code != codes.InvalidArgument || !strings.Contains(err.Error(), `"a/x": out of walk order`) {
 		t.Errorf("known files out of order: %v", err)
 	}
@@ -265,7 +266,7 @@ func TestScanKnownRefused(t *testing.T) {
 			yield(agent.KnownFile{}, broken)
 		}
 	}
-	if err := c.Scan(ctx, ".", failing, cdc.Default(), nop); !errors.Is(err, broken) {
+	if err := c.Scan(ctx, ".", failing, agent.ScanOptions{}, nop); !errors.Is(err, broken) {
 		t.Errorf("known files failing: %v", err)
 	}
 }
@@ -308,5 +309,74 @@ func TestScanKnownList(t *testing.T) {
 	}
 	if want := map[string]bool{"a": true, "a-b": true, "a.d": false, "b": false}; !maps.Equal(got, want) {
 		t.Fatalf("unchanged: %v, want %v", got, want)
+	}
+}
+
+// TestScanInline: with an inline budget the agent sends, with their
+// entries, the chunks of a file the host does not know and those past a
+// known file's size, each as it is (checked by Inline), and no others;
+// nothing past the budget.
+func TestScanInline(t *testing.T) {
+	c, ws := inProcess(t)
+	dir := filepath.Join(ws, "s")
+	rng := rand.New(rand.NewPCG(7, 8))
+	content := func(n int) []byte {
+		// Numbered lines: compressible, so zstd travels, and no two
+		// chunks alike.
+		var b bytes.Buffer
+		for b.Len() < n {
+			fmt.Fprintf(&b, `{"line":%d,"text":"%x"}`+"\n", rng.Uint64(), rng.Uint32()&0xff)
+		}
+		return b.Bytes()[:n]
+	}
+	files := map[string][]byte{"new": content(300 << 10), "grown": content(400 << 10), "touched": content(200 << 10)}
+	for name, b := range files {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const grownFrom = 100 << 10
+	known := []agent.KnownFile{{Path: "grown", Size: grownFrom, MTime: 1}, {Path: "touched", Size: 200 << 10, MTime: 1}}
+	for _, tc := range []struct {
+		name   string
+		budget int64
+	}{{"budget", 8 << 20}, {"none", 0}, {"small", 100 << 10}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sent int64
+			err := c.Scan(context.Background(), "s", knownSeq(known), agent.ScanOptions{InlineBytes: tc.budget, Compress: frame.Auto}, func(e agent.ScanEntry) error {
+				for _, ch := range e.Chunks {
+					plain, _, _, ok, err := ch.Inline(nil)
+					if err != nil {
+						return fmt.Errorf("%s at %d: %w", e.Path, ch.Offset, err)
+					}
+					due := e.Path == "new" || e.Path == "grown" && ch.Offset+ch.Size > grownFrom
+					if ok && !due {
+						t.Errorf("%s at %d: sent inline, the host may hold it", e.Path, ch.Offset)
+					}
+					if !ok && due && tc.budget == 8<<20 {
+						t.Errorf("%s at %d: not sent inline", e.Path, ch.Offset)
+					}
+					if ok {
+						sent += ch.Size
+						if !bytes.Equal(plain, files[e.Path][ch.Offset:ch.Offset+ch.Size]) {
+							t.Errorf("%s at %d: inline bytes differ from the file's", e.Path, ch.Offset)
+						}
+						if ch.InlineSize() >= ch.Size {
+							t.Errorf("%s at %d: %d inline bytes for %d of compressible data", e.Path, ch.Offset, ch.InlineSize(), ch.Size)
+						}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sent > tc.budget || tc.budget > 0 && sent == 0 {
+				t.Errorf("%d bytes inline for a budget of %d", sent, tc.budget)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -35,7 +36,45 @@ const (
 	// scanBatch is the size a ScanResponse grows to before it is sent:
 	// thousands of entries, a few times as much in memory at each end.
 	scanBatch = 256 << 10
+	// maxInline bounds the chunk bytes a scan sends inline, whatever the
+	// host asks.
+	maxInline = 8 << 20
 )
+
+// inline is what a scan may still send of chunks inline, and how.
+type inline struct {
+	left int64
+	comp agentv1.Compression
+	z    []byte
+}
+
+// newInline is the inline budget req asks for.
+func newInline(req *agentv1.ScanRequest) (*inline, error) {
+	comp := req.GetInlineCompression()
+	if _, ok := agentv1.Compression_name[int32(comp)]; !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "scan: unknown inline compression %v", comp)
+	}
+	return &inline{left: min(max(req.GetInlineBytes(), 0), maxInline), comp: comp}, nil
+}
+
+// attach puts data, the chunk c of a file whose known size is known (-1:
+// the host knows none), in c when the budget allows and the host cannot
+// hold it already: a new file's, or one past the known size (an append's
+// new content, the last chunk before it cut again).
+func (in *inline) attach(c *agentv1.ChunkInfo, data []byte, known int64) {
+	if in == nil || int64(len(data)) > in.left || c.GetOffset()+c.GetSize() <= known {
+		return
+	}
+	in.left -= int64(len(data))
+	if in.comp != agentv1.Compression_COMPRESSION_NONE {
+		in.z = wire.ChunkEncoder.EncodeAll(data, in.z[:0])
+		if in.comp == agentv1.Compression_COMPRESSION_ZSTD || len(in.z)*100 <= len(data)*zstdKeep {
+			c.Data, c.Zstd = bytes.Clone(in.z), true
+			return
+		}
+	}
+	c.Data = bytes.Clone(data)
+}
 
 // oScan opens a file a scan reads: never through a final symlink (one
 // swapped in after the walk saw a file), and never blocking on a FIFO
@@ -68,7 +107,7 @@ func (s *server) Scan(req *agentv1.ScanRequest, stream agentv1.Agent_ScanServer)
 	if err := k.add(known); err != nil {
 		return wire.ToStatus(err)
 	}
-	return wire.ToStatus(s.scan(stream.Context(), req, k, stream.Send))
+	return wire.ToStatus(s.scan(stream.Context(), req, k, nil, stream.Send))
 }
 
 // ScanStream is Scan with the known files streamed in walk order: the agent
@@ -86,10 +125,14 @@ func (s *server) ScanStream(stream agentv1.Agent_ScanStreamServer) error {
 	if err := k.add(req.GetKnown()); err != nil {
 		return wire.ToStatus(err)
 	}
-	return wire.ToStatus(s.scan(stream.Context(), req, k, stream.Send))
+	in, err := newInline(req)
+	if err != nil {
+		return err
+	}
+	return wire.ToStatus(s.scan(stream.Context(), req, k, in, stream.Send))
 }
 
-func (s *server) scan(ctx context.Context, req *agentv1.ScanRequest, known *knownFiles, send func(*agentv1.ScanResponse) error) error {
+func (s *server) scan(ctx context.Context, req *agentv1.ScanRequest, known *knownFiles, in *inline, send func(*agentv1.ScanResponse) error) error {
 	rd := req.GetDir()
 	if rd == "" {
 		rd = "."
@@ -148,9 +191,13 @@ func (s *server) scan(ctx context.Context, req *agentv1.ScanRequest, known *know
 			if err != nil {
 				return fmt.Errorf("scan %s: %w", rd, err)
 			}
+			knownSize := int64(-1)
+			if k != nil {
+				knownSize = k.GetSize()
+			}
 			if k != nil && k.GetSize() == fi.Size() && k.GetMtimeUnixNano() == e.MtimeUnixNano {
 				e.Size, e.Unchanged = fi.Size(), true
-			} else if err := chunkFile(ctx, root, ch, e); err != nil {
+			} else if err := chunkFile(ctx, root, ch, e, in, knownSize); err != nil {
 				return &fs.PathError{Op: "scan", Path: filepath.Join(dir, p), Err: err}
 			}
 		default:
@@ -227,8 +274,9 @@ func (k *knownFiles) find(path string) (*agentv1.KnownFile, error) {
 }
 
 // chunkFile reads the file e.Path once and fills in e's chunks and size,
-// and its mode and mtime from the open file.
-func chunkFile(ctx context.Context, root *os.Root, ch *cdc.Chunker, e *agentv1.ScanEntry) error {
+// and its mode and mtime from the open file; in attaches the chunks it
+// takes (known is the size the host knows the file at, -1 for none).
+func chunkFile(ctx context.Context, root *os.Root, ch *cdc.Chunker, e *agentv1.ScanEntry, in *inline, known int64) error {
 	f, err := root.OpenFile(e.Path, oScan, 0)
 	if err != nil {
 		return err
@@ -258,7 +306,9 @@ func chunkFile(ctx context.Context, root *os.Root, ch *cdc.Chunker, e *agentv1.S
 			return fmt.Errorf("%w: over %d chunks", archive.ErrLimit, maxFileChunks)
 		}
 		sum := sha256.Sum256(data)
-		e.Chunks = append(e.Chunks, &agentv1.ChunkInfo{Id: sum[:], Offset: e.Size, Size: int64(len(data))})
+		c := &agentv1.ChunkInfo{Id: sum[:], Offset: e.Size, Size: int64(len(data))}
+		in.attach(c, data, known)
+		e.Chunks = append(e.Chunks, c)
 		e.Size += int64(len(data))
 	}
 }

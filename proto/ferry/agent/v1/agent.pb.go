@@ -1430,10 +1430,18 @@ type ScanRequest struct {
 	// Known are files the host has chunk lists for (its last snapshot),
 	// relative to dir: in Scan all of them, in any order; in ScanStream a
 	// batch, in walk order.
-	Known         []*KnownFile `protobuf:"bytes,2,rep,name=known,proto3" json:"known,omitempty"`
-	Params        *ChunkParams `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Known  []*KnownFile `protobuf:"bytes,2,rep,name=known,proto3" json:"known,omitempty"`
+	Params *ChunkParams `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
+	// InlineBytes is how many plaintext bytes of chunks (at most; zero:
+	// none) may come with the entries, in ChunkInfo.data: the chunks of a
+	// file the host does not know, and those past a known file's size,
+	// where an append puts new content. The host fetches the rest. The
+	// first message's counts; Scan ignores it.
+	InlineBytes int64 `protobuf:"varint,4,opt,name=inline_bytes,json=inlineBytes,proto3" json:"inline_bytes,omitempty"`
+	// InlineCompression is how inline chunks travel, as ReadChunks's.
+	InlineCompression Compression `protobuf:"varint,5,opt,name=inline_compression,json=inlineCompression,proto3,enum=ferry.agent.v1.Compression" json:"inline_compression,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ScanRequest) Reset() {
@@ -1485,6 +1493,20 @@ func (x *ScanRequest) GetParams() *ChunkParams {
 		return x.Params
 	}
 	return nil
+}
+
+func (x *ScanRequest) GetInlineBytes() int64 {
+	if x != nil {
+		return x.InlineBytes
+	}
+	return 0
+}
+
+func (x *ScanRequest) GetInlineCompression() Compression {
+	if x != nil {
+		return x.InlineCompression
+	}
+	return Compression_COMPRESSION_AUTO
 }
 
 type KnownFile struct {
@@ -1759,10 +1781,14 @@ func (x *ScanEntry) GetChunks() []*ChunkInfo {
 }
 
 type ChunkInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Offset        int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
-	Size          int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Offset int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Size   int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// Data is the chunk itself, when it comes inline (ScanRequest
+	// .inline_bytes); zstd: one zstd frame of it.
+	Data          []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	Zstd          bool   `protobuf:"varint,5,opt,name=zstd,proto3" json:"zstd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1816,6 +1842,20 @@ func (x *ChunkInfo) GetSize() int64 {
 		return x.Size
 	}
 	return 0
+}
+
+func (x *ChunkInfo) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ChunkInfo) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
 }
 
 type ReadChunksRequest struct {
@@ -2442,11 +2482,13 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\x04data\x18\x03 \x01(\fR\x04data\"%\n" +
 	"\rRemoveRequest\x12\x14\n" +
 	"\x05paths\x18\x01 \x03(\tR\x05paths\"\x10\n" +
-	"\x0eRemoveResponse\"\x85\x01\n" +
+	"\x0eRemoveResponse\"\xf4\x01\n" +
 	"\vScanRequest\x12\x10\n" +
 	"\x03dir\x18\x01 \x01(\tR\x03dir\x12/\n" +
 	"\x05known\x18\x02 \x03(\v2\x19.ferry.agent.v1.KnownFileR\x05known\x123\n" +
-	"\x06params\x18\x03 \x01(\v2\x1b.ferry.agent.v1.ChunkParamsR\x06params\"[\n" +
+	"\x06params\x18\x03 \x01(\v2\x1b.ferry.agent.v1.ChunkParamsR\x06params\x12!\n" +
+	"\finline_bytes\x18\x04 \x01(\x03R\vinlineBytes\x12J\n" +
+	"\x12inline_compression\x18\x05 \x01(\x0e2\x1b.ferry.agent.v1.CompressionR\x11inlineCompression\"[\n" +
 	"\tKnownFile\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12&\n" +
@@ -2465,11 +2507,13 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\x04size\x18\x05 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06target\x18\x06 \x01(\tR\x06target\x12\x1c\n" +
 	"\tunchanged\x18\a \x01(\bR\tunchanged\x121\n" +
-	"\x06chunks\x18\b \x03(\v2\x19.ferry.agent.v1.ChunkInfoR\x06chunks\"G\n" +
+	"\x06chunks\x18\b \x03(\v2\x19.ferry.agent.v1.ChunkInfoR\x06chunks\"o\n" +
 	"\tChunkInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x03R\x04size\"\x95\x01\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x12\x12\n" +
+	"\x04zstd\x18\x05 \x01(\bR\x04zstd\"\x95\x01\n" +
 	"\x11ReadChunksRequest\x12\x10\n" +
 	"\x03dir\x18\x01 \x01(\tR\x03dir\x12/\n" +
 	"\x05reads\x18\x02 \x03(\v2\x19.ferry.agent.v1.ChunkReadR\x05reads\x12=\n" +
@@ -2602,43 +2646,44 @@ var file_ferry_agent_v1_agent_proto_depIdxs = []int32{
 	18, // 10: ferry.agent.v1.FollowRequest.files:type_name -> ferry.agent.v1.FollowFile
 	23, // 11: ferry.agent.v1.ScanRequest.known:type_name -> ferry.agent.v1.KnownFile
 	24, // 12: ferry.agent.v1.ScanRequest.params:type_name -> ferry.agent.v1.ChunkParams
-	26, // 13: ferry.agent.v1.ScanResponse.entries:type_name -> ferry.agent.v1.ScanEntry
-	0,  // 14: ferry.agent.v1.ScanEntry.kind:type_name -> ferry.agent.v1.Kind
-	27, // 15: ferry.agent.v1.ScanEntry.chunks:type_name -> ferry.agent.v1.ChunkInfo
-	29, // 16: ferry.agent.v1.ReadChunksRequest.reads:type_name -> ferry.agent.v1.ChunkRead
-	2,  // 17: ferry.agent.v1.ReadChunksRequest.compression:type_name -> ferry.agent.v1.Compression
-	32, // 18: ferry.agent.v1.RestoreRequest.header:type_name -> ferry.agent.v1.RestoreHeader
-	33, // 19: ferry.agent.v1.RestoreRequest.entries:type_name -> ferry.agent.v1.RestoreEntries
-	1,  // 20: ferry.agent.v1.RestoreHeader.place:type_name -> ferry.agent.v1.Placement
-	8,  // 21: ferry.agent.v1.RestoreHeader.limits:type_name -> ferry.agent.v1.Limits
-	34, // 22: ferry.agent.v1.RestoreEntries.entries:type_name -> ferry.agent.v1.RestoreEntry
-	0,  // 23: ferry.agent.v1.RestoreEntry.kind:type_name -> ferry.agent.v1.Kind
-	27, // 24: ferry.agent.v1.RestoreEntry.chunks:type_name -> ferry.agent.v1.ChunkInfo
-	3,  // 25: ferry.agent.v1.Agent.Probe:input_type -> ferry.agent.v1.ProbeRequest
-	5,  // 26: ferry.agent.v1.Agent.Stat:input_type -> ferry.agent.v1.StatRequest
-	9,  // 27: ferry.agent.v1.Agent.Put:input_type -> ferry.agent.v1.PutRequest
-	15, // 28: ferry.agent.v1.Agent.Get:input_type -> ferry.agent.v1.GetRequest
-	17, // 29: ferry.agent.v1.Agent.Follow:input_type -> ferry.agent.v1.FollowRequest
-	20, // 30: ferry.agent.v1.Agent.Remove:input_type -> ferry.agent.v1.RemoveRequest
-	22, // 31: ferry.agent.v1.Agent.Scan:input_type -> ferry.agent.v1.ScanRequest
-	22, // 32: ferry.agent.v1.Agent.ScanStream:input_type -> ferry.agent.v1.ScanRequest
-	28, // 33: ferry.agent.v1.Agent.ReadChunks:input_type -> ferry.agent.v1.ReadChunksRequest
-	31, // 34: ferry.agent.v1.Agent.Restore:input_type -> ferry.agent.v1.RestoreRequest
-	4,  // 35: ferry.agent.v1.Agent.Probe:output_type -> ferry.agent.v1.ProbeResponse
-	6,  // 36: ferry.agent.v1.Agent.Stat:output_type -> ferry.agent.v1.StatResponse
-	14, // 37: ferry.agent.v1.Agent.Put:output_type -> ferry.agent.v1.PutResponse
-	16, // 38: ferry.agent.v1.Agent.Get:output_type -> ferry.agent.v1.GetResponse
-	19, // 39: ferry.agent.v1.Agent.Follow:output_type -> ferry.agent.v1.FollowResponse
-	21, // 40: ferry.agent.v1.Agent.Remove:output_type -> ferry.agent.v1.RemoveResponse
-	25, // 41: ferry.agent.v1.Agent.Scan:output_type -> ferry.agent.v1.ScanResponse
-	25, // 42: ferry.agent.v1.Agent.ScanStream:output_type -> ferry.agent.v1.ScanResponse
-	30, // 43: ferry.agent.v1.Agent.ReadChunks:output_type -> ferry.agent.v1.ReadChunksResponse
-	14, // 44: ferry.agent.v1.Agent.Restore:output_type -> ferry.agent.v1.PutResponse
-	35, // [35:45] is the sub-list for method output_type
-	25, // [25:35] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	2,  // 13: ferry.agent.v1.ScanRequest.inline_compression:type_name -> ferry.agent.v1.Compression
+	26, // 14: ferry.agent.v1.ScanResponse.entries:type_name -> ferry.agent.v1.ScanEntry
+	0,  // 15: ferry.agent.v1.ScanEntry.kind:type_name -> ferry.agent.v1.Kind
+	27, // 16: ferry.agent.v1.ScanEntry.chunks:type_name -> ferry.agent.v1.ChunkInfo
+	29, // 17: ferry.agent.v1.ReadChunksRequest.reads:type_name -> ferry.agent.v1.ChunkRead
+	2,  // 18: ferry.agent.v1.ReadChunksRequest.compression:type_name -> ferry.agent.v1.Compression
+	32, // 19: ferry.agent.v1.RestoreRequest.header:type_name -> ferry.agent.v1.RestoreHeader
+	33, // 20: ferry.agent.v1.RestoreRequest.entries:type_name -> ferry.agent.v1.RestoreEntries
+	1,  // 21: ferry.agent.v1.RestoreHeader.place:type_name -> ferry.agent.v1.Placement
+	8,  // 22: ferry.agent.v1.RestoreHeader.limits:type_name -> ferry.agent.v1.Limits
+	34, // 23: ferry.agent.v1.RestoreEntries.entries:type_name -> ferry.agent.v1.RestoreEntry
+	0,  // 24: ferry.agent.v1.RestoreEntry.kind:type_name -> ferry.agent.v1.Kind
+	27, // 25: ferry.agent.v1.RestoreEntry.chunks:type_name -> ferry.agent.v1.ChunkInfo
+	3,  // 26: ferry.agent.v1.Agent.Probe:input_type -> ferry.agent.v1.ProbeRequest
+	5,  // 27: ferry.agent.v1.Agent.Stat:input_type -> ferry.agent.v1.StatRequest
+	9,  // 28: ferry.agent.v1.Agent.Put:input_type -> ferry.agent.v1.PutRequest
+	15, // 29: ferry.agent.v1.Agent.Get:input_type -> ferry.agent.v1.GetRequest
+	17, // 30: ferry.agent.v1.Agent.Follow:input_type -> ferry.agent.v1.FollowRequest
+	20, // 31: ferry.agent.v1.Agent.Remove:input_type -> ferry.agent.v1.RemoveRequest
+	22, // 32: ferry.agent.v1.Agent.Scan:input_type -> ferry.agent.v1.ScanRequest
+	22, // 33: ferry.agent.v1.Agent.ScanStream:input_type -> ferry.agent.v1.ScanRequest
+	28, // 34: ferry.agent.v1.Agent.ReadChunks:input_type -> ferry.agent.v1.ReadChunksRequest
+	31, // 35: ferry.agent.v1.Agent.Restore:input_type -> ferry.agent.v1.RestoreRequest
+	4,  // 36: ferry.agent.v1.Agent.Probe:output_type -> ferry.agent.v1.ProbeResponse
+	6,  // 37: ferry.agent.v1.Agent.Stat:output_type -> ferry.agent.v1.StatResponse
+	14, // 38: ferry.agent.v1.Agent.Put:output_type -> ferry.agent.v1.PutResponse
+	16, // 39: ferry.agent.v1.Agent.Get:output_type -> ferry.agent.v1.GetResponse
+	19, // 40: ferry.agent.v1.Agent.Follow:output_type -> ferry.agent.v1.FollowResponse
+	21, // 41: ferry.agent.v1.Agent.Remove:output_type -> ferry.agent.v1.RemoveResponse
+	25, // 42: ferry.agent.v1.Agent.Scan:output_type -> ferry.agent.v1.ScanResponse
+	25, // 43: ferry.agent.v1.Agent.ScanStream:output_type -> ferry.agent.v1.ScanResponse
+	30, // 44: ferry.agent.v1.Agent.ReadChunks:output_type -> ferry.agent.v1.ReadChunksResponse
+	14, // 45: ferry.agent.v1.Agent.Restore:output_type -> ferry.agent.v1.PutResponse
+	36, // [36:46] is the sub-list for method output_type
+	26, // [26:36] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_ferry_agent_v1_agent_proto_init() }

@@ -65,9 +65,14 @@ type Scenario struct {
 	Omit []string `json:"omit,omitempty"`
 	// ScanStall makes every scan send nothing, until the host goes away.
 	ScanStall bool `json:"scan_stall,omitempty"`
-	// ZstdWindow, when set, makes ReadChunks send every chunk as one zstd
-	// frame whose header asks for a window this large.
+	// ZstdWindow, when set, makes ReadChunks and the scan's inline chunks
+	// come as one zstd frame each whose header asks for a window this
+	// large.
 	ZstdWindow int `json:"zstd_window,omitempty"`
+	// NoInline makes the scan drop the chunks it was asked to send
+	// inline, as an agent that does not know the field would, so that the
+	// host fetches them.
+	NoInline bool `json:"no_inline,omitempty"`
 
 	// Log, when set, is a file the agent appends each ReadChunks read to,
 	// one "path offset size id" line each: what the host asked to see.
@@ -258,10 +263,18 @@ func (h *server) ScanStream(stream agentv1.Agent_ScanStreamServer) error {
 	if h.s.ScanStall {
 		return stall(stream.Context())
 	}
-	if len(h.s.Claims) == 0 && len(h.s.Repeats) == 0 && len(h.s.Extra) == 0 && len(h.s.Omit) == 0 {
+	if len(h.s.Claims) == 0 && len(h.s.Repeats) == 0 && len(h.s.Extra) == 0 && len(h.s.Omit) == 0 && h.s.ZstdWindow == 0 && !h.s.NoInline {
 		return h.AgentServer.ScanStream(stream)
 	}
 	rs := &rewritingScan{BidiStreamingServer: stream, s: h.s}
+	if h.s.ZstdWindow != 0 {
+		rw, err := newRewindower(h.s.ZstdWindow)
+		if err != nil {
+			return err
+		}
+		defer rw.close()
+		rs.rw = rw
+	}
 	if err := h.AgentServer.ScanStream(rs); err != nil {
 		return err
 	}
@@ -271,7 +284,8 @@ func (h *server) ScanStream(stream agentv1.Agent_ScanStreamServer) error {
 // rewritingScan rewrites the real scan's entries as the scenario says.
 type rewritingScan struct {
 	grpc.BidiStreamingServer[agentv1.ScanRequest, agentv1.ScanResponse]
-	s Scenario
+	s  Scenario
+	rw *rewindower // re-encodes inline chunks; nil: they pass as they are
 }
 
 func (r *rewritingScan) Send(m *agentv1.ScanResponse) error {
@@ -283,6 +297,19 @@ func (r *rewritingScan) Send(m *agentv1.ScanResponse) error {
 	}
 	m.Entries = kept
 	for _, e := range m.GetEntries() {
+		for _, c := range e.GetChunks() {
+			if r.s.NoInline {
+				c.Data, c.Zstd = nil, false
+			}
+			if r.rw == nil || c.GetData() == nil {
+				continue
+			}
+			data, err := r.rw.reencode(c.GetData(), c.GetZstd())
+			if err != nil {
+				return err
+			}
+			c.Data, c.Zstd = data, true
+		}
 		for _, c := range r.s.Claims {
 			if e.GetPath() != c.Path {
 				continue
@@ -366,35 +393,60 @@ func (h *server) ReadChunks(req *agentv1.ReadChunksRequest, stream agentv1.Agent
 	if h.s.ZstdWindow == 0 {
 		return h.AgentServer.ReadChunks(req, stream)
 	}
-	enc, err := zstd.NewWriter(nil, zstd.WithWindowSize(h.s.ZstdWindow), zstd.WithEncoderConcurrency(1), zstd.WithSingleSegment(false))
+	rw, err := newRewindower(h.s.ZstdWindow)
 	if err != nil {
 		return err
 	}
-	defer enc.Close()
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderMaxWindow(1<<30), zstd.WithDecoderConcurrency(1))
-	if err != nil {
-		return err
-	}
-	defer dec.Close()
-	return h.AgentServer.ReadChunks(req, &rewindowed{ServerStreamingServer: stream, enc: enc, dec: dec})
+	defer rw.close()
+	return h.AgentServer.ReadChunks(req, &rewindowed{ServerStreamingServer: stream, rw: rw})
 }
 
-// rewindowed re-encodes every chunk with the scenario's window.
-type rewindowed struct {
-	grpc.ServerStreamingServer[agentv1.ReadChunksResponse]
+// rewindower re-encodes chunks as zstd frames that ask for its window.
+type rewindower struct {
 	enc *zstd.Encoder
 	dec *zstd.Decoder
 }
 
-func (r *rewindowed) Send(m *agentv1.ReadChunksResponse) error {
-	data := m.GetData()
-	if m.GetZstd() {
+func newRewindower(window int) (*rewindower, error) {
+	enc, err := zstd.NewWriter(nil, zstd.WithWindowSize(window), zstd.WithEncoderConcurrency(1), zstd.WithSingleSegment(false))
+	if err != nil {
+		return nil, err
+	}
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderMaxWindow(1<<30), zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		enc.Close()
+		return nil, err
+	}
+	return &rewindower{enc: enc, dec: dec}, nil
+}
+
+func (r *rewindower) reencode(data []byte, compressed bool) ([]byte, error) {
+	if compressed {
 		var err error
 		if data, err = r.dec.DecodeAll(data, nil); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return r.ServerStreamingServer.Send(&agentv1.ReadChunksResponse{Index: m.GetIndex(), Data: r.enc.EncodeAll(data, nil), Zstd: true})
+	return r.enc.EncodeAll(data, nil), nil
+}
+
+func (r *rewindower) close() {
+	r.enc.Close()
+	r.dec.Close()
+}
+
+// rewindowed re-encodes every chunk ReadChunks sends.
+type rewindowed struct {
+	grpc.ServerStreamingServer[agentv1.ReadChunksResponse]
+	rw *rewindower
+}
+
+func (r *rewindowed) Send(m *agentv1.ReadChunksResponse) error {
+	data, err := r.rw.reencode(m.GetData(), m.GetZstd())
+	if err != nil {
+		return err
+	}
+	return r.ServerStreamingServer.Send(&agentv1.ReadChunksResponse{Index: m.GetIndex(), Data: data, Zstd: true})
 }
 
 func appendFile(path, s string) error {
