@@ -331,7 +331,7 @@ func TestLauncherLiveLogsRelayCut(t *testing.T) {
 	x := &cutExec{Execer: e.c, after: 270 << 10}
 	l, logs := newLogsLauncher(t, x, e.c, e.runs, e.st, nil)
 	// 16 KiB lines of noise, 20 a second.
-	h, err := l.StartDetached(ctx(t), logsRun(t, e.runs, "cut", map[string]string{"LINES": "60", "EVERY": "0.05", "PAD": "8192", "WAIT_FOR": "go"}))
+	h, err := l.StartDetached(ctx(t), logsRun(t, e.runs, "cut", map[string]string{"LINES": "120", "EVERY": "0.05", "PAD": "8192", "WAIT_FOR": "go"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,9 +343,19 @@ func TestLauncherLiveLogsRelayCut(t *testing.T) {
 			t.Fatal("run still running after 300 polls")
 		}
 		if i == 5 {
-			// More than a piece piles up; the next Inspect's relay is
-			// cut in its follow step.
-			time.Sleep(1500 * time.Millisecond)
+			// More than two pieces pile up (waited for, not slept on: a
+			// loaded machine writes slower), so the next Inspect's relay
+			// is cut in its follow step.
+			for j := 0; ; j++ {
+				host, sb := f.read(t, "agent.ndjson")
+				if len(sb)-len(host) >= 512<<10 {
+					break
+				}
+				if j > 600 {
+					t.Fatalf("agent.ndjson grew to only %d bytes beyond the host's %d in 30 s", len(sb)-len(host), len(host))
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
 			x.armed.Store(true)
 		}
 		if i == 30 {
