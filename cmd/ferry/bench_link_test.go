@@ -47,7 +47,8 @@ import (
 // system temp dir); the paths are printed. FERRY_BENCH_LINK_ROUNDS sets the
 // rounds (default 1: the link, not the CPU, sets the times).
 // FERRY_BENCH_CPUPROFILE=DIR has every ferry command write a CPU profile
-// there (FERRY_CPUPROFILE), named after its arguments. A missed goal is
+// there (FERRY_CPUPROFILE), named after its arguments;
+// FERRY_BENCH_LINK_SETS=session,run runs only those sets. A missed goal is
 // marked MISS; it does not fail the benchmark.
 func BenchmarkLink(b *testing.B) {
 	needBench(b)
@@ -222,15 +223,29 @@ func runLinkProfile(b testing.TB, p linkemu.Profile, sc linkScale, rounds int) (
 	s.compress = cmp.Or(os.Getenv("FERRY_BENCH_LINK_COMPRESS"), "auto")
 	s.cpuProfiles = os.Getenv("FERRY_BENCH_CPUPROFILE")
 	data := b.TempDir()
-	sets := []*cpSet{
-		makeBigSet(b, filepath.Join(data, "big"), sc.big),
-		makeSmallSet(b, filepath.Join(data, "files"), sc.files, 2<<10, 100),
-		makeJSONLSet(b, filepath.Join(data, "jsonl"), sc.jsonl),
+	want := linkSets(b)
+	var sets []*cpSet
+	for key, mk := range map[string]func() *cpSet{
+		"big":   func() *cpSet { return makeBigSet(b, filepath.Join(data, "big"), sc.big) },
+		"files": func() *cpSet { return makeSmallSet(b, filepath.Join(data, "files"), sc.files, 2<<10, 100) },
+		"jsonl": func() *cpSet { return makeJSONLSet(b, filepath.Join(data, "jsonl"), sc.jsonl) },
+	} {
+		if want[key] {
+			sets = append(sets, mk())
+		}
 	}
+	slices.SortFunc(sets, func(x, y *cpSet) int { return cmp.Compare(setOrder[x.key], setOrder[y.key]) })
 	remote, local := b.TempDir(), b.TempDir()
 	// The agent installed once, outside the clock: every row is a warm
 	// sandbox's (BenchmarkCp measures the install).
-	s.ferryCp(b, "agent", sets[1].dir, "bench:link-warm")
+	warm := filepath.Join(data, "warm")
+	if err := os.MkdirAll(warm, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(warm, "f"), []byte("warm"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	s.ferryCp(b, "agent", warm, "bench:link-warm")
 	removeAll(b, filepath.Join(s.sandbox, "link-warm"))
 	ferryModes := map[string]string{"ferry posix": "posix", "ferry agent": "agent"}
 	var rows []linkRow
@@ -301,9 +316,38 @@ func runLinkProfile(b testing.TB, p linkemu.Profile, sc linkScale, rounds int) (
 		rows = append(rows, c.rows(p, bestOf(b, p.Name+" download "+set.label, rounds, downPeers))...)
 		removeAll(b, sandboxSrc)
 	}
-	rows = append(rows, linkSession(b, s, p, sc, rounds)...)
-	runRows, runNotes := linkRun(b, s, p, sc)
-	return append(rows, runRows...), append(notes, runNotes...)
+	if want["session"] {
+		rows = append(rows, linkSession(b, s, p, sc, rounds)...)
+	}
+	if want["run"] {
+		runRows, runNotes := linkRun(b, s, p, sc)
+		rows, notes = append(rows, runRows...), append(notes, runNotes...)
+	}
+	return rows, notes
+}
+
+// setOrder is the order of the link's data sets in the table.
+var setOrder = map[string]int{"big": 0, "files": 1, "jsonl": 2, "session": 3, "run": 4}
+
+// linkSets are FERRY_BENCH_LINK_SETS's data sets (a comma list of big,
+// files, jsonl, session, run; all by default): one row's sets, to
+// iterate on it in a minute rather than the whole table's four.
+func linkSets(b testing.TB) map[string]bool {
+	v := os.Getenv("FERRY_BENCH_LINK_SETS")
+	out := map[string]bool{}
+	for k := range setOrder {
+		out[k] = v == ""
+	}
+	for _, k := range strings.Split(v, ",") {
+		if k == "" {
+			continue
+		}
+		if _, ok := setOrder[k]; !ok {
+			b.Fatalf("FERRY_BENCH_LINK_SETS=%q: no set %q (big, files, jsonl, session, run)", v, k)
+		}
+		out[k] = true
+	}
+	return out
 }
 
 // sshPeers are the OpenSSH contenders: pack and unpack go around tar on
