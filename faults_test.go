@@ -20,8 +20,10 @@ import (
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/local"
 	"github.com/ferry-dev/ferry/relay/openshell"
+	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/archive"
+	"github.com/ferry-dev/ferry/transfer/frame"
 )
 
 // warmAgent installs the agent through a gateway without faults: the cache
@@ -230,5 +232,44 @@ func TestAutoFallsBackToPOSIX(t *testing.T) {
 	_, err = ferry.Upload(ctx(t), sb, []string{filepath.Join(src, "a.txt")}, "b.txt")
 	if !errors.Is(err, agent.ErrUnavailable) || !strings.Contains(err.Error(), "/dev/null/nowhere") {
 		t.Fatalf("agent mode: %v, want ErrUnavailable naming the temp dir", err)
+	}
+}
+
+// TestSessionRestoreAutoFallsBack: a restore planned for the agent (auto
+// mode, agents at hand), whose sandbox cannot run it, checks every chunk
+// before POSIX mode's tar gets any, as a POSIX restore does: a corrupt
+// chunk fails it with nothing written; an intact store restores.
+func TestSessionRestoreAutoFallsBack(t *testing.T) {
+	ws := t.TempDir()
+	x, err := local.New(local.Config{Dir: ws, Env: append(os.Environ(), "TMPDIR=/dev/null/nowhere"), Shell: []string{"/bin/sh", "-c", `eval "$0"`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := sandboxFor(t, x, transfer.ModeAuto)
+	sb.Compress = frame.Zstd // the plan starts a chunk stream, then drops it
+	write(t, filepath.Join(ws, "sess"), map[string]string{"a.jsonl": strings.Repeat("line\n", 1000), "b": "B"})
+	st, dir := newStore(t, nil)
+	if _, err := ferry.SaveSession(ctx(t), sb, st, session.SaveSpec{Dir: "sess", Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	rr, err := ferry.RestoreSession(ctx(t), sb, st, session.RestoreSpec{Key: "k", Dir: "ok"})
+	if err != nil || rr.Mode != "posix" || rr.Files != 2 {
+		t.Fatalf("restore: %+v, %v; want 2 files in POSIX mode", rr, err)
+	}
+	chunks, err := filepath.Glob(filepath.Join(dir, "chunks", "*", "*"))
+	if err != nil || len(chunks) == 0 {
+		t.Fatalf("chunks on disk: %v, %v", chunks, err)
+	}
+	for _, c := range chunks {
+		if err := os.WriteFile(c, []byte("garbage"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = ferry.RestoreSession(ctx(t), sb, st, session.RestoreSpec{Key: "k", Dir: "dst"})
+	if !errors.Is(err, session.ErrChunkCorrupt) || !strings.Contains(err.Error(), "nothing written") {
+		t.Fatalf("err = %v, want ErrChunkCorrupt from the check before anything is written", err)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "dst")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a failed restore wrote the target: %v", err)
 	}
 }

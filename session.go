@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ferry-dev/ferry/session"
+	"github.com/ferry-dev/ferry/transfer"
 )
 
 // SaveSession stores the directory spec.Dir of the sandbox as the next
@@ -58,12 +59,36 @@ func RestoreSession(ctx context.Context, sb Sandbox, st *session.Store, spec ses
 	}
 	ctx, sb, idle := sb.watchIdle(ctx, fmt.Sprintf("restore session %s to %s:%s", spec.Key, sb.Name, spec.Dir))
 	defer func() { err = idle.end(err) }()
-	r, err := sb.open(ctx)
+	// The snapshot is loaded and checked, and its chunks encoded if they
+	// may stream, while the sandbox is reached.
+	type opened struct {
+		r   transfer.Remote
+		err error
+	}
+	openc := make(chan opened, 1)
+	octx, ocancel := context.WithCancel(ctx)
+	defer ocancel()
+	go func() {
+		r, err := sb.open(octx)
+		openc <- opened{r, err}
+	}()
+	plan, err := st.PlanRestore(ctx, spec, sb.target())
+	if err != nil {
+		ocancel() // no restore: stop the connection's setup
+	}
+	o := <-openc
+	if o.err == nil {
+		defer o.r.Close()
+	}
 	if err != nil {
 		return session.RestoreResult{}, err
 	}
-	defer r.Close()
-	res, err := st.RestoreTo(ctx, r, spec)
+	defer plan.Close()
+	if o.err != nil {
+		return session.RestoreResult{}, o.err
+	}
+	r := o.r
+	res, err := plan.To(ctx, r)
 	if err != nil {
 		return res, err
 	}

@@ -239,27 +239,91 @@ type RestoreResult struct {
 // costs no exec beyond r's; an existing one is probed, and a replaced one
 // swapped, by the sandbox's sh.
 func (st *Store) RestoreTo(ctx context.Context, r transfer.Remote, spec RestoreSpec) (RestoreResult, error) {
-	start := time.Now()
-	key, remoteDir, name := spec.Key, spec.Dir, r.Target().Name
-	if err := checkSessionPath(remoteDir); err != nil {
+	t := r.Target()
+	if r.Agent() == nil {
+		t.Mode = transfer.ModePOSIX
+	}
+	p, err := st.PlanRestore(ctx, spec, t)
+	if err != nil {
 		return RestoreResult{}, err
 	}
-	m, err := st.Load(ctx, key, spec.Seq)
+	defer p.Close()
+	return p.To(ctx, r)
+}
+
+// RestorePlan is a restore whose snapshot is loaded and checked before
+// the sandbox is reached, and whose chunks, when they may travel as one
+// zstd stream, are being encoded already: so that the encoder, on a slow
+// link a restore's slowest part, runs beside the connection's setup.
+// PlanRestore makes one; To runs it; Close stops what it started.
+type RestorePlan struct {
+	st    *Store
+	spec  RestoreSpec
+	start time.Time
+	m     *Manifest // nil: no snapshot, and spec.AllowMissing
+	full  bool      // every chunk was read and checked (POSIX mode's check)
+	early *earlyStream
+}
+
+// PlanRestore loads and checks the snapshot spec names, for a restore
+// through a remote of target t (its Mode and Compress say how the chunks
+// will travel; RestoreTo's rules hold). A restore that may stream starts
+// encoding; one that does not, or a plan that is never run, drops that
+// work.
+func (st *Store) PlanRestore(ctx context.Context, spec RestoreSpec, t transfer.Target) (*RestorePlan, error) {
+	p := &RestorePlan{st: st, spec: spec, start: time.Now()}
+	if err := checkSessionPath(spec.Dir); err != nil {
+		return nil, err
+	}
+	m, err := st.Load(ctx, spec.Key, spec.Seq)
 	if errors.Is(err, ErrNoSnapshot) && spec.AllowMissing && spec.Seq == 0 {
-		return RestoreResult{Key: key, Missing: true, Seconds: time.Since(start).Seconds()}, nil
+		return p, nil
 	}
 	if err != nil {
-		return RestoreResult{}, fmt.Errorf("restore session %s: %w", key, err)
+		return nil, fmt.Errorf("restore session %s: %w", spec.Key, err)
 	}
-	viaAgent := r.Agent() != nil
+	p.m = m
 	// The agent checks every chunk's content before writing it; POSIX
 	// mode's tar cannot, so the host reads and checks them all first.
+	viaAgent := t.Mode == transfer.ModeAgent || t.Mode == transfer.ModeAuto && len(t.Agents) > 0
 	check := st.Check
 	if viaAgent {
 		check = st.CheckPresent
 	}
 	if err := check(ctx, m); err != nil {
-		return RestoreResult{}, fmt.Errorf("restore session %s to %s:%s: nothing written: %w", key, name, remoteDir, err)
+		return nil, fmt.Errorf("restore session %s to %s:%s: nothing written: %w", spec.Key, t.Name, spec.Dir, err)
+	}
+	p.full = !viaAgent
+	if viaAgent && mayStream(t.Compress) {
+		if p.early, err = startEarlyStream(ctx, st, m); err != nil {
+			return nil, fmt.Errorf("restore session %s: %w", spec.Key, err)
+		}
+	}
+	return p, nil
+}
+
+// Close stops the plan's encoding, if any; a plan that ran needs it too.
+func (p *RestorePlan) Close() { p.early.close() }
+
+// To runs the plan through r, once.
+func (p *RestorePlan) To(ctx context.Context, r transfer.Remote) (RestoreResult, error) {
+	st, m, spec := p.st, p.m, p.spec
+	key, remoteDir, name := spec.Key, spec.Dir, r.Target().Name
+	if m == nil {
+		return RestoreResult{Key: key, Missing: true, Seconds: time.Since(p.start).Seconds()}, nil
+	}
+	// The run takes the plan's stream: a second run encodes its own.
+	early := p.early
+	p.early = nil
+	defer early.close()
+	viaAgent := r.Agent() != nil
+	if !viaAgent && !p.full {
+		// Planned for the agent, which this remote lacks.
+		early.close()
+		if err := st.Check(ctx, m); err != nil {
+			return RestoreResult{}, fmt.Errorf("restore session %s to %s:%s: nothing written: %w", key, name, remoteDir, err)
+		}
+		p.full = true
 	}
 	state := "missing"
 	statStart := time.Now()
@@ -292,7 +356,11 @@ func (st *Store) RestoreTo(ctx context.Context, r transfer.Remote, spec RestoreS
 	}
 	var cs transfer.Stats
 	if viaAgent {
-		cs, err = st.restoreSnapshot(ctx, r, m, dest, place, streamPays(r.Target().Compress, rtt))
+		stream := streamPays(r.Target().Compress, rtt)
+		if !stream {
+			early.close()
+		}
+		cs, err = st.restoreSnapshot(ctx, r, m, dest, place, stream, early)
 	} else {
 		fill := func(w *archive.Writer) error { return st.writeSnapshot(ctx, m, w, place == archive.PlaceNew) }
 		cs, err = r.Upload(ctx, transfer.UploadSpec{Dest: dest, Place: place, Entries: m.Files + m.Dirs + m.Symlinks}, fill)
@@ -307,7 +375,7 @@ func (st *Store) RestoreTo(ctx context.Context, r transfer.Remote, spec RestoreS
 	}
 	return RestoreResult{
 		Key: key, Snapshot: m.Seq, Files: cs.Files, Dirs: cs.Dirs, Symlinks: cs.Symlinks,
-		Bytes: cs.Bytes, WireBytes: cs.WireBytes, Seconds: time.Since(start).Seconds(), Mode: r.Mode().String(),
+		Bytes: cs.Bytes, WireBytes: cs.WireBytes, Seconds: time.Since(p.start).Seconds(), Mode: r.Mode().String(),
 	}, nil
 }
 
@@ -449,6 +517,10 @@ func swapIn(ctx context.Context, t transfer.Target, newDir, dir string) error {
 // streamRTT or more is a WAN's (region: 40 ms), where half the bytes is
 // most of the time; a LAN's or loopback's is far less, and its bandwidth
 // outruns the encoder.
+// mayStream says whether streamPays may be true for mode, before the
+// round trip is known.
+func mayStream(mode frame.Mode) bool { return mode == frame.Zstd || mode == frame.Auto }
+
 func streamPays(mode frame.Mode, rtt time.Duration) bool {
 	switch mode {
 	case frame.Zstd:
@@ -476,32 +548,26 @@ const streamRTT = 10 * time.Millisecond
 //
 // With stream, the chunks go as one zstd stream instead (see
 // agent.RestoreSpec.Stream): half the bytes, for the host's CPU.
-func (st *Store) restoreSnapshot(ctx context.Context, r transfer.Remote, m *Manifest, dest string, place archive.Placement, stream bool) (transfer.Stats, error) {
+func (st *Store) restoreSnapshot(ctx context.Context, r transfer.Remote, m *Manifest, dest string, place archive.Placement, stream bool, early *earlyStream) (transfer.Stats, error) {
 	c := r.Agent()
-	entries := make([]agent.RestoreEntry, 0, len(m.Entries)+1)
-	if place == archive.PlaceNew {
-		entries = append(entries, agent.RestoreEntry{Path: ".", Kind: archive.Dir, Mode: 0o700, MTime: m.Time})
+	entries, err := restoreEntries(m, place)
+	if err != nil {
+		return transfer.Stats{}, err
 	}
-	for i := range m.Entries {
-		e := &m.Entries[i]
-		re := agent.RestoreEntry{Path: e.Path, Mode: e.Mode, MTime: e.ModTime(), Size: e.Size, Target: e.Target}
-		kind, ok := snapshotKinds[e.Kind]
-		if !ok {
-			return transfer.Stats{}, fmt.Errorf("entry %q: %w: kind %q", e.Path, archive.ErrUnsupported, e.Kind)
-		}
-		re.Kind = kind
-		if kind == archive.File {
-			re.Chunks = make([]agent.ChunkRef, len(e.Chunks))
-			for j, c := range e.Chunks {
-				re.Chunks[j] = agent.ChunkRef{ID: c.ID, Size: c.Size}
-			}
-		}
-		entries = append(entries, re)
+	spec := agent.RestoreSpec{Dest: dest, Place: place, Stream: stream}
+	chunk := func(context.Context, [32]byte, []byte) ([]byte, error) {
+		return nil, errors.New("restore: the chunk stream reads the chunks")
+	}
+	if stream && early != nil && early.cs != nil {
+		spec.Encoded = early.cs
+	} else {
+		pf := startPrefetch(ctx, st, m, entries, prefetchWindow)
+		defer pf.close()
+		chunk = pf.next
 	}
 	staging := archive.StagingPrefix + archive.RandomTag()
-	pf := startPrefetch(ctx, st, m, entries, prefetchWindow)
-	defer pf.close()
-	res, err := c.Restore(ctx, agent.RestoreSpec{Dest: dest, Place: place, Staging: staging, Stream: stream}, entries, pf.next)
+	spec.Staging = staging
+	res, err := c.Restore(ctx, spec, entries, chunk)
 	r.Target().LogStale("sandbox", dest, res.StaleStaging, nil)
 	if err != nil {
 		stagingPath := path.Join(archive.StagingParent(dest, place), staging)
@@ -518,6 +584,60 @@ func (st *Store) restoreSnapshot(ctx context.Context, r transfer.Remote, m *Mani
 		return transfer.Stats{}, err
 	}
 	return transfer.StatsOf(res), nil
+}
+
+// restoreEntries are m's entries as agent.Client.Restore takes them, with
+// a root entry first for place PlaceNew (it has no chunks: the chunks, in
+// order, are the same for every place).
+func restoreEntries(m *Manifest, place archive.Placement) ([]agent.RestoreEntry, error) {
+	entries := make([]agent.RestoreEntry, 0, len(m.Entries)+1)
+	if place == archive.PlaceNew {
+		entries = append(entries, agent.RestoreEntry{Path: ".", Kind: archive.Dir, Mode: 0o700, MTime: m.Time})
+	}
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		re := agent.RestoreEntry{Path: e.Path, Mode: e.Mode, MTime: e.ModTime(), Size: e.Size, Target: e.Target}
+		kind, ok := snapshotKinds[e.Kind]
+		if !ok {
+			return nil, fmt.Errorf("entry %q: %w: kind %q", e.Path, archive.ErrUnsupported, e.Kind)
+		}
+		re.Kind = kind
+		if kind == archive.File {
+			re.Chunks = make([]agent.ChunkRef, len(e.Chunks))
+			for j, c := range e.Chunks {
+				re.Chunks[j] = agent.ChunkRef{ID: c.ID, Size: c.Size}
+			}
+		}
+		entries = append(entries, re)
+	}
+	return entries, nil
+}
+
+// earlyStream is a restore's chunk stream, started before the restore
+// knows where it goes, and the prefetch that feeds it.
+type earlyStream struct {
+	pf *prefetch
+	cs *agent.ChunkStream
+}
+
+func startEarlyStream(ctx context.Context, st *Store, m *Manifest) (*earlyStream, error) {
+	entries, err := restoreEntries(m, archive.PlaceInto)
+	if err != nil {
+		return nil, err
+	}
+	pf := startPrefetch(ctx, st, m, entries, prefetchWindow)
+	return &earlyStream{pf: pf, cs: agent.StartChunkStream(ctx, entries, pf.next)}, nil
+}
+
+// close stops the encoding, then the reads; a second close, or one of
+// nil, does nothing.
+func (e *earlyStream) close() {
+	if e == nil || e.cs == nil {
+		return
+	}
+	e.cs.Close()
+	e.pf.close()
+	e.cs = nil
 }
 
 // blameChunk turns the agent's refusal of a chunk into the store's
