@@ -31,16 +31,14 @@ func SaveSession(ctx context.Context, sb Sandbox, st *session.Store, spec sessio
 	// Waiting for a prune of the store is the host waiting, not the
 	// sandbox.
 	ctx = idle.withHold(ctx)
-	r, err := sb.open(ctx)
-	if err != nil {
-		return session.SaveResult{}, err
-	}
-	defer r.Close()
-	res, err := st.SaveFrom(ctx, r, spec)
+	// The sandbox is reached while the store's part of the save runs.
+	o := openAsync(ctx, sb)
+	defer o.close()
+	res, err := st.SaveVia(ctx, sb.Name, o.wait, spec)
 	if err != nil {
 		return res, err
 	}
-	if err := r.Close(); err != nil {
+	if err := o.r.Close(); err != nil {
 		// The snapshot is committed and complete: the channel failed
 		// after. Failing the save would send a caller to retry it.
 		res.RelayLost = err.Error()
@@ -61,33 +59,17 @@ func RestoreSession(ctx context.Context, sb Sandbox, st *session.Store, spec ses
 	defer func() { err = idle.end(err) }()
 	// The snapshot is loaded and checked, and its chunks encoded if they
 	// may stream, while the sandbox is reached.
-	type opened struct {
-		r   transfer.Remote
-		err error
-	}
-	openc := make(chan opened, 1)
-	octx, ocancel := context.WithCancel(ctx)
-	defer ocancel()
-	go func() {
-		r, err := sb.open(octx)
-		openc <- opened{r, err}
-	}()
+	o := openAsync(ctx, sb)
+	defer o.close()
 	plan, err := st.PlanRestore(ctx, spec, sb.target())
-	if err != nil {
-		ocancel() // no restore: stop the connection's setup
-	}
-	o := <-openc
-	if o.err == nil {
-		defer o.r.Close()
-	}
 	if err != nil {
 		return session.RestoreResult{}, err
 	}
 	defer plan.Close()
-	if o.err != nil {
-		return session.RestoreResult{}, o.err
+	r, err := o.wait(ctx)
+	if err != nil {
+		return session.RestoreResult{}, err
 	}
-	r := o.r
 	res, err := plan.To(ctx, r)
 	if err != nil {
 		return res, err
@@ -125,4 +107,48 @@ func RepairSession(ctx context.Context, sb Sandbox, st *session.Store, remoteDir
 	}
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+// opening is a sandbox's remote being reached on a goroutine of its own,
+// while the caller does the store's part of its work.
+type opening struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	r      transfer.Remote // once done, and err is nil
+	err    error
+}
+
+func openAsync(ctx context.Context, sb Sandbox) *opening {
+	ctx, cancel := context.WithCancel(ctx)
+	o := &opening{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(o.done)
+		o.r, o.err = sb.open(ctx)
+	}()
+	return o
+}
+
+// wait returns the remote once it is reached.
+func (o *opening) wait(ctx context.Context) (transfer.Remote, error) {
+	select {
+	case <-o.done:
+		return o.r, o.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// close stops a setup still under way, waits for it, and closes the
+// remote if it was reached. The remote's context ends only after that.
+func (o *opening) close() {
+	select {
+	case <-o.done:
+	default:
+		o.cancel()
+		<-o.done
+	}
+	if o.err == nil {
+		o.r.Close()
+	}
+	o.cancel()
 }

@@ -73,25 +73,35 @@ type SaveResult struct {
 // commit's own result is the store's: once Save has returned the
 // manifest, the snapshot is in the store).
 func (st *Store) SaveFrom(ctx context.Context, r transfer.Remote, spec SaveSpec) (SaveResult, error) {
+	return st.SaveVia(ctx, r.Target().Name, func(context.Context) (transfer.Remote, error) { return r, nil }, spec)
+}
+
+// SaveVia is SaveFrom through the remote that remote returns, which may
+// still be connecting to sandbox name: the store's own part of the save
+// (its lock, the snapshot it starts from, the check of that snapshot's
+// chunks) runs first, and remote is waited for only when the scan
+// begins. An error of remote is returned as it is.
+func (st *Store) SaveVia(ctx context.Context, name string, remote func(context.Context) (transfer.Remote, error), spec SaveSpec) (SaveResult, error) {
 	start := time.Now()
-	remoteDir, key, name := spec.Dir, spec.Key, r.Target().Name
+	remoteDir, key := spec.Dir, spec.Key
 	if err := ValidKey(key); err != nil {
 		return SaveResult{}, err
 	}
-	// The agent's scan refuses a directory that is missing or is not
-	// one by itself, so in agent mode the stat that explains it is made
-	// only when a save fails: a round trip less on every save.
-	viaAgent := r.Agent() != nil
-	if !viaAgent {
-		if err := sourceDir(ctx, r, remoteDir, "save session", "save session"); err != nil {
-			return SaveResult{}, err
-		}
-	}
-	src, wire := sourceFrom(r, remoteDir)
+	src := &remoteSource{remote: remote, dir: remoteDir}
 	m, err := st.Save(ctx, key, src)
+	if src.early != nil {
+		return SaveResult{}, src.early
+	}
 	if err != nil {
-		if viaAgent && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) {
-			if serr := sourceDir(ctx, r, remoteDir, "save session", "save session"); serr != nil {
+		if src.r == nil {
+			return SaveResult{}, fmt.Errorf("save session %s:%s: %w", name, remoteDir, err)
+		}
+		// The agent's scan refuses a directory that is missing or is
+		// not one by itself, so in agent mode the stat that explains it
+		// is made only when a save fails: a round trip less on every
+		// save.
+		if src.r.Agent() != nil && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) {
+			if serr := sourceDir(ctx, src.r, remoteDir, "save session", "save session"); serr != nil {
 				return SaveResult{}, serr
 			}
 		}
@@ -99,9 +109,39 @@ func (st *Store) SaveFrom(ctx context.Context, r transfer.Remote, spec SaveSpec)
 	}
 	return SaveResult{
 		Key: key, Snapshot: m.Seq, Files: m.Files, Bytes: m.Bytes,
-		NewBytes: m.NewBytes, NewChunks: m.NewChunks, WireBytes: wire(),
-		Seconds: time.Since(start).Seconds(), Mode: r.Mode().String(),
+		NewBytes: m.NewBytes, NewChunks: m.NewChunks, WireBytes: src.wire(),
+		Seconds: time.Since(start).Seconds(), Mode: src.r.Mode().String(),
 	}, nil
+}
+
+// remoteSource is the Source of a save through a remote it waits for
+// when the scan begins: sourceFrom's, once the remote is there.
+type remoteSource struct {
+	remote func(context.Context) (transfer.Remote, error)
+	dir    string
+	r      transfer.Remote
+	wire   func() int64
+	// early is an error that ends the save as it is: the remote's, or
+	// POSIX mode's stat of a source that is not a directory.
+	early error
+}
+
+func (s *remoteSource) Scan(ctx context.Context, prev *Parent, sink Sink) error {
+	r, err := s.remote(ctx)
+	if err != nil {
+		s.early = err
+		return err
+	}
+	s.r = r
+	if r.Agent() == nil {
+		if err := sourceDir(ctx, r, s.dir, "save session", "save session"); err != nil {
+			s.early = err
+			return err
+		}
+	}
+	var src Source
+	src, s.wire = sourceFrom(r, s.dir)
+	return src.Scan(ctx, prev, sink)
 }
 
 // sourceDir is nil when remoteDir, symlinks followed, is a directory,
