@@ -33,11 +33,7 @@ func TestChunkStreamEarly(t *testing.T) {
 
 	t.Run("used", func(t *testing.T) {
 		c, ws := inProcess(t)
-		var reads atomic.Int32
-		chunk := func(ctx context.Context, id [32]byte, buf []byte) ([]byte, error) {
-			reads.Add(1)
-			return st.get(ctx, id, buf)
-		}
+		chunk, reads := counted(st)
 		cs := agent.StartChunkStream(context.Background(), entries, chunk)
 		defer cs.Close()
 		// Every chunk read before the call: the encoding ran ahead.
@@ -85,11 +81,7 @@ func TestChunkStreamEarly(t *testing.T) {
 			}
 			big = append(big, file(fmt.Sprintf("f%d", i), 0o600, mt, st.add(string(noise))))
 		}
-		var reads atomic.Int32
-		chunk := func(ctx context.Context, id [32]byte, buf []byte) ([]byte, error) {
-			reads.Add(1)
-			return st.get(ctx, id, buf)
-		}
+		chunk, reads := counted(st)
 		cs := agent.StartChunkStream(context.Background(), big, chunk)
 		defer cs.Close()
 		for i, last, still := 0, int32(-1), 0; still < 30; i++ {
@@ -118,4 +110,13 @@ func TestChunkStreamEarly(t *testing.T) {
 		<-started
 		cs.Close()
 	})
+}
+
+// counted is st's chunks, and the count of reads of them so far.
+func counted(st chunkStore) (agent.StoredChunk, *atomic.Int32) {
+	reads := new(atomic.Int32)
+	return func(ctx context.Context, id [32]byte, buf []byte) ([]byte, error) {
+		reads.Add(1)
+		return st.get(ctx, id, buf)
+	}, reads
 }
