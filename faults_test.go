@@ -246,7 +246,7 @@ func TestSessionRestoreAutoFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb := sandboxFor(t, x, transfer.ModeAuto)
-	sb.Compress = frame.Zstd // the plan starts a chunk stream, then drops it
+	sb.Compress = frame.Zstd // the plan may start a chunk stream, then drops it
 	write(t, filepath.Join(ws, "sess"), map[string]string{"a.jsonl": strings.Repeat("line\n", 1000), "b": "B"})
 	st, dir := newStore(t, nil)
 	if _, err := ferry.SaveSession(ctx(t), sb, st, session.SaveSpec{Dir: "sess", Key: "k"}); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer"
+	"github.com/ferry-dev/ferry/transfer/frame"
 )
 
 // SaveSession stores the directory spec.Dir of the sandbox as the next
@@ -66,6 +67,25 @@ func RestoreSession(ctx context.Context, sb Sandbox, st *session.Store, spec ses
 		return session.RestoreResult{}, err
 	}
 	defer plan.Close()
+	if plan.MayStream() {
+		// With --compress zstd the chunks stream: encode them now. Auto
+		// streams over a slow link, and a setup that takes slowSetup
+		// tells of one (a region's takes four 40 ms round trips, a LAN's
+		// a few milliseconds); starting sooner would cost a fast link's
+		// restore reads it then drops.
+		wait := time.Until(o.start.Add(slowSetup))
+		if sb.Compress == frame.Zstd {
+			wait = 0
+		}
+		select {
+		case <-o.done:
+		case <-time.After(wait):
+			sb.log().Debug("restore: encoding the chunk stream while the sandbox is reached", "sandbox", sb.Name, "key", spec.Key)
+			if err := plan.StartStream(ctx); err != nil {
+				return session.RestoreResult{}, err
+			}
+		}
+	}
 	r, err := o.wait(ctx)
 	if err != nil {
 		return session.RestoreResult{}, err
@@ -112,6 +132,7 @@ func RepairSession(ctx context.Context, sb Sandbox, st *session.Store, remoteDir
 // opening is a sandbox's remote being reached on a goroutine of its own,
 // while the caller does the store's part of its work.
 type opening struct {
+	start  time.Time
 	cancel context.CancelFunc
 	done   chan struct{}
 	r      transfer.Remote // once done, and err is nil
@@ -120,7 +141,7 @@ type opening struct {
 
 func openAsync(ctx context.Context, sb Sandbox) *opening {
 	ctx, cancel := context.WithCancel(ctx)
-	o := &opening{cancel: cancel, done: make(chan struct{})}
+	o := &opening{start: time.Now(), cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(o.done)
 		o.r, o.err = sb.open(ctx)
@@ -152,3 +173,8 @@ func (o *opening) close() {
 	}
 	o.cancel()
 }
+
+// slowSetup is how long reaching a sandbox takes before RestoreSession
+// counts the link as slow enough to stream a restore's chunks: about the
+// setup's four round trips at session.streamRTT.
+const slowSetup = 40 * time.Millisecond

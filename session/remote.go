@@ -293,23 +293,22 @@ func (st *Store) RestoreTo(ctx context.Context, r transfer.Remote, spec RestoreS
 
 // RestorePlan is a restore whose snapshot is loaded and checked before
 // the sandbox is reached, and whose chunks, when they may travel as one
-// zstd stream, are being encoded already: so that the encoder, on a slow
-// link a restore's slowest part, runs beside the connection's setup.
-// PlanRestore makes one; To runs it; Close stops what it started.
+// zstd stream, may be encoded already (StartStream): so that the encoder,
+// on a slow link a restore's slowest part, runs beside the connection's
+// setup. PlanRestore makes one; To runs it; Close stops what it started.
 type RestorePlan struct {
-	st    *Store
-	spec  RestoreSpec
-	start time.Time
-	m     *Manifest // nil: no snapshot, and spec.AllowMissing
-	full  bool      // every chunk was read and checked (POSIX mode's check)
-	early *earlyStream
+	st        *Store
+	spec      RestoreSpec
+	start     time.Time
+	m         *Manifest // nil: no snapshot, and spec.AllowMissing
+	full      bool      // every chunk was read and checked (POSIX mode's check)
+	mayStream bool
+	early     *earlyStream
 }
 
 // PlanRestore loads and checks the snapshot spec names, for a restore
 // through a remote of target t (its Mode and Compress say how the chunks
-// will travel; RestoreTo's rules hold). A restore that may stream starts
-// encoding; one that does not, or a plan that is never run, drops that
-// work.
+// will travel; RestoreTo's rules hold).
 func (st *Store) PlanRestore(ctx context.Context, spec RestoreSpec, t transfer.Target) (*RestorePlan, error) {
 	p := &RestorePlan{st: st, spec: spec, start: time.Now()}
 	if err := checkSessionPath(spec.Dir); err != nil {
@@ -334,13 +333,28 @@ func (st *Store) PlanRestore(ctx context.Context, spec RestoreSpec, t transfer.T
 		return nil, fmt.Errorf("restore session %s to %s:%s: nothing written: %w", spec.Key, t.Name, spec.Dir, err)
 	}
 	p.full = !viaAgent
-	if viaAgent && mayStream(t.Compress) {
-		if p.early, err = startEarlyStream(ctx, st, m); err != nil {
-			return nil, fmt.Errorf("restore session %s: %w", spec.Key, err)
-		}
-	}
+	p.mayStream = viaAgent && mayStream(t.Compress)
 	return p, nil
 }
+
+// StartStream starts encoding the chunks as one zstd stream, when the
+// restore may stream and To has not run: for a caller that knows the
+// link is slow (its setup is taking long) or has --compress zstd. A
+// stream To then drops (the link was fast after all) cost the store's
+// reads in flight, which a store on S3 may make again.
+func (p *RestorePlan) StartStream(ctx context.Context) error {
+	if !p.mayStream || p.m == nil || p.early != nil {
+		return nil
+	}
+	var err error
+	if p.early, err = startEarlyStream(ctx, p.st, p.m); err != nil {
+		return fmt.Errorf("restore session %s: %w", p.spec.Key, err)
+	}
+	return nil
+}
+
+// MayStream reports whether the plan's chunks may travel as one stream.
+func (p *RestorePlan) MayStream() bool { return p.mayStream && p.m != nil }
 
 // Close stops the plan's encoding, if any; a plan that ran needs it too.
 func (p *RestorePlan) Close() { p.early.close() }
@@ -397,7 +411,10 @@ func (p *RestorePlan) To(ctx context.Context, r transfer.Remote) (RestoreResult,
 	var cs transfer.Stats
 	if viaAgent {
 		stream := streamPays(r.Target().Compress, rtt)
-		if !stream {
+		if !stream && early != nil {
+			if l := r.Target().Logger; l != nil {
+				l.Debug("restore: the link is fast after all; the chunks go as stored", "sandbox", name, "rtt", rtt)
+			}
 			early.close()
 		}
 		cs, err = st.restoreSnapshot(ctx, r, m, dest, place, stream, early)

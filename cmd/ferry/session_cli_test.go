@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
+	"time"
+
 	"encoding/json"
 	"fmt"
+	"github.com/ferry-dev/ferry/cmd/ferry/internal/linkemu"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -242,4 +246,40 @@ func TestSessionRestoreStreamCLI(t *testing.T) {
 			t.Errorf("--compress %s: restore from a damaged store wrote the target: %v", compress, err)
 		}
 	}
+}
+
+// TestSessionRestoreEarlyStreamCLI: through a link of 20 ms each way,
+// --compress auto restores as one stream, encoded while the sandbox is
+// reached (the -v log says so), and the tree arrives whole, as it does
+// on loopback.
+func TestSessionRestoreEarlyStreamCLI(t *testing.T) {
+	g, src, _ := sessionBox(t, 4, transfertest.TreeOptions{Entries: 5})
+	t.Setenv("FERRY_STORE", t.TempDir())
+	wantOK(t, runFerry(t, nil, "-q", "--mode", "agent", "session", "save", "box:sess", "task-1"))
+	const started = "encoding the chunk stream while the sandbox is reached"
+
+	r := runFerry(t, nil, "-v", "--mode", "agent", "session", "restore", "task-1", "box:fast")
+	if r.code != 0 {
+		t.Fatalf("restore: exit %d, %s", r.code, r.stderr)
+	}
+	// Whether a loopback restore streams depends on the machine's load
+	// (a slow setup, a slow first call): only the tree is checked.
+	transfertest.EqualTrees(t, src, filepath.Join(g.Root, "box", "fast"))
+
+	slow := linkemu.Profile{Name: "slow", Shape: linkemu.Shape{BitsPerSecond: 1e9, Delay: 20 * time.Millisecond}}
+	l, err := linkemu.Start(context.Background(), linkemu.ConfigFor(g.Addr, slow))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	// The same gateway, through the link, as the active one.
+	storeGateway(t, os.Getenv("XDG_CONFIG_HOME"), "ferry-test", "https://"+l.Addr(), g.CertDir, true)
+	r = runFerry(t, nil, "-v", "--mode", "agent", "session", "restore", "task-1", "box:slow")
+	if r.code != 0 {
+		t.Fatalf("restore over the link: exit %d, %s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, started) || strings.Contains(r.stderr, "fast after all") {
+		t.Errorf("a restore over a slow link did not stream from the start:\n%s", r.stderr)
+	}
+	transfertest.EqualTrees(t, src, filepath.Join(g.Root, "box", "slow"))
 }
