@@ -279,9 +279,11 @@ type RestoreResult struct {
 // costs no exec beyond r's; an existing one is probed, and a replaced one
 // swapped, by the sandbox's sh.
 func (st *Store) RestoreTo(ctx context.Context, r transfer.Remote, spec RestoreSpec) (RestoreResult, error) {
+	// r is connected: its mode is known, whatever t asked for.
 	t := r.Target()
-	if r.Agent() == nil {
-		t.Mode = transfer.ModePOSIX
+	t.Mode = transfer.ModePOSIX
+	if r.Agent() != nil {
+		t.Mode = transfer.ModeAgent
 	}
 	p, err := st.PlanRestore(ctx, spec, t)
 	if err != nil {
@@ -324,7 +326,7 @@ func (st *Store) PlanRestore(ctx context.Context, spec RestoreSpec, t transfer.T
 	p.m = m
 	// The agent checks every chunk's content before writing it; POSIX
 	// mode's tar cannot, so the host reads and checks them all first.
-	viaAgent := t.Mode == transfer.ModeAgent || t.Mode == transfer.ModeAuto && len(t.Agents) > 0
+	viaAgent := t.MayUseAgent()
 	check := st.Check
 	if viaAgent {
 		check = st.CheckPresent
@@ -574,10 +576,6 @@ func swapIn(ctx context.Context, t transfer.Target, newDir, dir string) error {
 // streamRTT or more is a WAN's (region: 40 ms), where half the bytes is
 // most of the time; a LAN's or loopback's is far less, and its bandwidth
 // outruns the encoder.
-// mayStream says whether streamPays may be true for mode, before the
-// round trip is known.
-func mayStream(mode frame.Mode) bool { return mode == frame.Zstd || mode == frame.Auto }
-
 func streamPays(mode frame.Mode, rtt time.Duration) bool {
 	switch mode {
 	case frame.Zstd:
@@ -587,6 +585,10 @@ func streamPays(mode frame.Mode, rtt time.Duration) bool {
 	}
 	return false
 }
+
+// mayStream says whether streamPays may be true for mode, before the
+// round trip is known.
+func mayStream(mode frame.Mode) bool { return mode == frame.Zstd || mode == frame.Auto }
 
 // streamRTT is the round trip from which Auto streams a restore's chunks.
 const streamRTT = 10 * time.Millisecond
@@ -607,17 +609,20 @@ const streamRTT = 10 * time.Millisecond
 // agent.RestoreSpec.Stream): half the bytes, for the host's CPU.
 func (st *Store) restoreSnapshot(ctx context.Context, r transfer.Remote, m *Manifest, dest string, place archive.Placement, stream bool, early *earlyStream) (transfer.Stats, error) {
 	c := r.Agent()
-	entries, err := restoreEntries(m, place)
-	if err != nil {
-		return transfer.Stats{}, err
-	}
 	spec := agent.RestoreSpec{Dest: dest, Place: place, Stream: stream}
 	chunk := func(context.Context, [32]byte, []byte) ([]byte, error) {
 		return nil, errors.New("restore: the chunk stream reads the chunks")
 	}
+	var entries []agent.RestoreEntry
 	if stream && early != nil && early.cs != nil {
 		spec.Encoded = early.cs
+		entries = withRoot(m, place, early.entries)
 	} else {
+		var err error
+		if entries, err = restoreEntries(m); err != nil {
+			return transfer.Stats{}, err
+		}
+		entries = withRoot(m, place, entries)
 		pf := startPrefetch(ctx, st, m, entries, prefetchWindow)
 		defer pf.close()
 		chunk = pf.next
@@ -643,14 +648,19 @@ func (st *Store) restoreSnapshot(ctx context.Context, r transfer.Remote, m *Mani
 	return transfer.StatsOf(res), nil
 }
 
-// restoreEntries are m's entries as agent.Client.Restore takes them, with
-// a root entry first for place PlaceNew (it has no chunks: the chunks, in
-// order, are the same for every place).
-func restoreEntries(m *Manifest, place archive.Placement) ([]agent.RestoreEntry, error) {
-	entries := make([]agent.RestoreEntry, 0, len(m.Entries)+1)
-	if place == archive.PlaceNew {
-		entries = append(entries, agent.RestoreEntry{Path: ".", Kind: archive.Dir, Mode: 0o700, MTime: m.Time})
+// withRoot is entries, with m's root entry first for place PlaceNew. The
+// root has no chunks: the chunks, in order, are the same for every place.
+func withRoot(m *Manifest, place archive.Placement, entries []agent.RestoreEntry) []agent.RestoreEntry {
+	if place != archive.PlaceNew {
+		return entries
 	}
+	root := agent.RestoreEntry{Path: ".", Kind: archive.Dir, Mode: 0o700, MTime: m.Time}
+	return append([]agent.RestoreEntry{root}, entries...)
+}
+
+// restoreEntries are m's entries as agent.Client.Restore takes them.
+func restoreEntries(m *Manifest) ([]agent.RestoreEntry, error) {
+	entries := make([]agent.RestoreEntry, 0, len(m.Entries))
 	for i := range m.Entries {
 		e := &m.Entries[i]
 		re := agent.RestoreEntry{Path: e.Path, Mode: e.Mode, MTime: e.ModTime(), Size: e.Size, Target: e.Target}
@@ -673,17 +683,18 @@ func restoreEntries(m *Manifest, place archive.Placement) ([]agent.RestoreEntry,
 // earlyStream is a restore's chunk stream, started before the restore
 // knows where it goes, and the prefetch that feeds it.
 type earlyStream struct {
-	pf *prefetch
-	cs *agent.ChunkStream
+	entries []agent.RestoreEntry // m's, without a root entry
+	pf      *prefetch
+	cs      *agent.ChunkStream
 }
 
 func startEarlyStream(ctx context.Context, st *Store, m *Manifest) (*earlyStream, error) {
-	entries, err := restoreEntries(m, archive.PlaceInto)
+	entries, err := restoreEntries(m)
 	if err != nil {
 		return nil, err
 	}
 	pf := startPrefetch(ctx, st, m, entries, prefetchWindow)
-	return &earlyStream{pf: pf, cs: agent.StartChunkStream(ctx, entries, pf.next)}, nil
+	return &earlyStream{entries: entries, pf: pf, cs: agent.StartChunkStream(ctx, entries, pf.next)}, nil
 }
 
 // close stops the encoding, then the reads; a second close, or one of

@@ -155,6 +155,13 @@ var (
 	ErrAgentRequired = errors.New("ferry: needs the agent")
 )
 
+// MayUseAgent reports whether Open may connect t in agent mode: ModeAgent,
+// or ModeAuto with agent builds to install (without them agent.Dial is
+// unavailable at once, and Open falls back to POSIX mode).
+func (t Target) MayUseAgent() bool {
+	return t.Mode == ModeAgent || t.Mode == ModeAuto && len(t.Agents) > 0
+}
+
 // Open connects to the sandbox in t's mode. In ModeAuto a sandbox where
 // the agent cannot run (agent.ErrUnavailable) is POSIX mode.
 func Open(ctx context.Context, t Target) (Remote, error) {

@@ -301,10 +301,7 @@ func (cs *ChunkStream) sendTo(ctx context.Context, send func(*agentv1.RestoreReq
 		select {
 		case p, ok := <-cs.pieces:
 			if !ok {
-				if cs.err != nil {
-					return nil, cs.err
-				}
-				return nil, nil
+				return nil, cs.err
 			}
 			if err := send(&agentv1.RestoreRequest{Msg: &agentv1.RestoreRequest_Stream{Stream: p}}); err != nil {
 				return err, nil
