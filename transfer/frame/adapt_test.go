@@ -66,7 +66,7 @@ func TestAutoSlowLink(t *testing.T) {
 		data := randomData(4 << 20)
 		link := &slowLink{rate: 16e6}
 		st := writeAll(t, NewWriter(link, WriterOptions{BlockSize: bs, Concurrency: 2}), data)
-		if st.ZstdBlocks+st.S2Blocks != 0 {
+		if st.ZstdBlocks+st.S2Blocks+st.StreamBlocks != 0 {
 			t.Errorf("stats %+v: want every block raw", st)
 		}
 	})
@@ -90,7 +90,7 @@ func TestAutoFastLink(t *testing.T) {
 	// probed.
 	// (On a loaded machine a preempted sender makes the link look slow
 	// for a while, so the bound is the warmup's, not the pipeline's.)
-	if st.ZstdBlocks < 1 || st.ZstdBlocks > warmupBlocks {
+	if z := st.ZstdBlocks + st.StreamBlocks; z < 1 || z > warmupBlocks {
 		t.Errorf("auto: stats %+v, want zstd only in the warmup (at most %d blocks)", st, warmupBlocks)
 	}
 	st = writeAll(t, NewWriter(io.Discard, WriterOptions{Compress: Zstd, BlockSize: bs, Concurrency: 2}), data)
@@ -107,7 +107,7 @@ func TestAutoFastLink(t *testing.T) {
 func TestAutoSmallStream(t *testing.T) {
 	const bs = 64 << 10
 	st := writeAll(t, NewWriter(&countWriter{}, WriterOptions{BlockSize: bs}), textData(warmupBlocks*bs))
-	if st.ZstdBlocks < 1 || st.ZstdBlocks > 1+1+queueExtra || st.ZstdBlocks+st.S2Blocks != warmupBlocks {
+	if z := st.ZstdBlocks + st.StreamBlocks; z < 1 || z > 1+1+queueExtra || z+st.S2Blocks != warmupBlocks {
 		t.Errorf("fast link: stats %+v, want all %d blocks compressed, zstd only before the link is measured, the rest S2", st, warmupBlocks)
 	}
 	link := &slowLink{rate: 1e6}
@@ -115,7 +115,7 @@ func TestAutoSmallStream(t *testing.T) {
 	// How many blocks go zstd depends on the CPU time zstd is measured to
 	// take over S2, which a loaded machine under -race inflates past the
 	// link time it saves (zstd then no longer may pay): at least the first.
-	if st.ZstdBlocks < 1 || st.RawBlocks != 0 || st.ZstdBlocks+st.S2Blocks != warmupBlocks {
+	if z := st.ZstdBlocks + st.StreamBlocks; z < 1 || st.RawBlocks != 0 || z+st.S2Blocks != warmupBlocks {
 		t.Errorf("1 MB/s link: stats %+v, want all %d blocks compressed, zstd in turn with S2", st, warmupBlocks)
 	}
 }
@@ -129,11 +129,11 @@ func TestAutoPicksCodec(t *testing.T) {
 	// Slow enough that zstd wins even under the race detector, which
 	// slows zstd's Go code far more than S2's assembly.
 	slow := writeAll(t, NewWriter(&slowLink{rate: 1e5}, WriterOptions{BlockSize: bs, Concurrency: 2}), data[:2<<20])
-	if slow.ZstdBlocks <= slow.S2Blocks {
+	if slow.ZstdBlocks+slow.StreamBlocks <= slow.S2Blocks {
 		t.Errorf("100 kB/s link: stats %+v, want mostly zstd", slow)
 	}
 	fast := writeAll(t, NewWriter(&slowLink{rate: 400e6}, WriterOptions{BlockSize: bs, Concurrency: 2}), data)
-	if fast.S2Blocks <= fast.ZstdBlocks {
+	if fast.S2Blocks <= fast.ZstdBlocks+fast.StreamBlocks {
 		t.Errorf("400 MB/s link: stats %+v, want mostly S2", fast)
 	}
 }

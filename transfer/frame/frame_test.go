@@ -88,16 +88,18 @@ func TestRoundTrip(t *testing.T) {
 					blocks := int64((n + bs - 1) / bs)
 					compressible := name != "random" && mode != None && n > 16
 					switch {
-					case ws.RawBlocks+ws.ZstdBlocks+ws.S2Blocks != blocks:
+					case ws.RawBlocks+ws.ZstdBlocks+ws.S2Blocks+ws.StreamBlocks != blocks:
 						t.Fatalf("stats %+v, want %d blocks", ws, blocks)
-					case compressible && ws.ZstdBlocks+ws.S2Blocks < int64(n/bs):
+					case compressible && ws.ZstdBlocks+ws.S2Blocks+ws.StreamBlocks < int64(n/bs):
 						// A short last block (a few bytes) may stay raw.
 						t.Fatalf("stats %+v: want all %d full blocks compressed", ws, n/bs)
+					case mode != Auto && ws.StreamBlocks != 0:
+						t.Fatalf("stats %+v: stream blocks in %v mode", ws, mode)
 					case mode == Zstd && ws.S2Blocks != 0, mode == S2 && ws.ZstdBlocks != 0 && name != "zeros":
 						// S2 mode sends a block S2 makes denser than MaxRatio
 						// as zstd, whose padding keeps it within.
 						t.Fatalf("stats %+v: blocks of the other codec in %v mode", ws, mode)
-					case !compressible && n > 16 && ws.ZstdBlocks+ws.S2Blocks != 0:
+					case !compressible && n > 16 && ws.ZstdBlocks+ws.S2Blocks+ws.StreamBlocks != 0:
 						t.Fatalf("stats %+v: want all blocks raw", ws)
 					case int64(n) > ws.Wire*DefaultMaxRatio:
 						t.Fatalf("wire %d bytes for %d plaintext: over ratio cap", ws.Wire, n)
@@ -120,7 +122,7 @@ func TestRoundTrip(t *testing.T) {
 func TestDefaultBlockSize(t *testing.T) {
 	data := textData(3*DefaultBlockSize + 5)
 	wire, ws := encode(t, data, WriterOptions{}, 1<<20)
-	if ws.ZstdBlocks+ws.S2Blocks != 3 || ws.Wire > int64(len(data))/4 {
+	if ws.ZstdBlocks+ws.S2Blocks+ws.StreamBlocks != 3 || ws.Wire > int64(len(data))/4 {
 		t.Fatalf("stats %+v for %d bytes of text", ws, len(data))
 	}
 	out, _, err := decode(wire, ReaderOptions{})
@@ -148,7 +150,7 @@ func TestAutoSkip(t *testing.T) {
 	// On the text Auto has to measure that compression pays again: with
 	// blocks this small (zstd's fixed cost per block weighs) that may
 	// take a second probe.
-	if ws.RawBlocks > n+2*skipEvery || ws.ZstdBlocks+ws.S2Blocks < n-2*skipEvery {
+	if ws.RawBlocks > n+2*skipEvery || ws.ZstdBlocks+ws.S2Blocks+ws.StreamBlocks < n-2*skipEvery {
 		t.Fatalf("stats %+v: want about %d raw then %d zstd blocks", ws, n, n)
 	}
 }
@@ -312,7 +314,7 @@ func TestHostileHeaders(t *testing.T) {
 	}{
 		{"bad magic", append([]byte("FRRYFRX\x01"), stream(nil)[8:]...), ReaderOptions{}, ErrCorrupt},
 		{"bad version", append([]byte("FRRYFRM\x02"), stream(nil)[8:]...), ReaderOptions{}, ErrCorrupt},
-		{"unknown type", stream(text, block(0x04, len(text), text)), ReaderOptions{}, ErrCorrupt},
+		{"unknown type", stream(text, block(0x05, len(text), text)), ReaderOptions{}, ErrCorrupt},
 		{"s2 not smaller", stream(text, block(typeS2, len(sz), sz)), ReaderOptions{}, ErrCorrupt},
 		{"s2 declares less", stream(text, block(typeS2, len(text)-1, sz)), ReaderOptions{}, ErrCorrupt},
 		{"s2 declares more", stream(text, block(typeS2, len(text)+1, sz)), ReaderOptions{}, ErrCorrupt},

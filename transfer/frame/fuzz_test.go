@@ -48,5 +48,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 			seeds = append(seeds, wire)
 		}
 	}
+	_, wire := mixedStream(t)
+	seeds = append(seeds, wire)
 	return seeds
 }

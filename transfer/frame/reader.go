@@ -52,6 +52,8 @@ type Reader struct {
 	r     io.Reader
 	opts  ReaderOptions
 	dec   *zstd.Decoder // nil until the first zstd block
+	sdec  *zstd.Decoder // the stream blocks' decoder, nil until the first
+	feed  streamFeed    // sdec's input
 	sum   hash.Hash     // nil with NoDigest
 	crc   uint32        // crc32c of the wire bytes so far
 	plain []byte        // current block's plaintext
@@ -103,6 +105,7 @@ func (r *Reader) Read(p []byte) (int, error) {
 			if err != io.EOF {
 				r.dec = nil
 			}
+			r.sdec = nil
 			return 0, err
 		}
 		if n > 0 {
@@ -143,7 +146,7 @@ func (r *Reader) next(p []byte) (int, error) {
 	switch r.hdr[0] {
 	case typeTrailer, typeTrailerNoDigest:
 		return 0, r.trailer()
-	case typeRaw, typeZstd, typeS2:
+	case typeRaw, typeZstd, typeS2, typeStream:
 	default:
 		return 0, fmt.Errorf("%s: unknown block type %#x: %w", op, r.hdr[0], ErrCorrupt)
 	}
@@ -162,7 +165,9 @@ func (r *Reader) next(p []byte) (int, error) {
 		return 0, fmt.Errorf("%s: total plaintext %d over max total %d: %w", op, r.stats.Plaintext+plain, r.opts.MaxTotal, ErrLimit)
 	case typ == typeRaw && enc != plain:
 		return 0, fmt.Errorf("%s: raw block encoded length %d differs from plaintext length %d: %w", op, enc, plain, ErrCorrupt)
-	case typ != typeRaw && (enc == 0 || enc >= plain):
+	case typ == typeStream && (enc <= streamLenSize || enc > plain+streamSlack(plain)):
+		return 0, fmt.Errorf("%s: stream block encoded length %d out of range for plaintext length %d: %w", op, enc, plain, ErrCorrupt)
+	case typ != typeRaw && typ != typeStream && (enc == 0 || enc >= plain):
 		return 0, fmt.Errorf("%s: compressed block encoded length %d not under plaintext length %d: %w", op, enc, plain, ErrCorrupt)
 	case typ != typeRaw && plain > enc*int64(r.opts.MaxRatio):
 		return 0, fmt.Errorf("%s: compression ratio %d/%d over max ratio %d: %w", op, plain, enc, r.opts.MaxRatio, ErrLimit)
@@ -191,12 +196,18 @@ func (r *Reader) next(p []byte) (int, error) {
 		if err := r.full(r.enc, op); err != nil {
 			return 0, err
 		}
-		if typ == typeS2 {
+		switch typ {
+		case typeS2:
 			if err := r.decodeS2(op, dst); err != nil {
 				return 0, err
 			}
 			r.stats.S2Blocks++
-		} else {
+		case typeStream:
+			if err := r.decodeStream(op, dst); err != nil {
+				return 0, err
+			}
+			r.stats.StreamBlocks++
+		default:
 			if err := r.decode(op, int(plain)); err != nil {
 				return 0, err
 			}
@@ -274,6 +285,9 @@ func (r *Reader) decodeS2(op string, dst []byte) error {
 // plaintext digest (unless NoDigest), then the wire checksum.
 func (r *Reader) trailer() error {
 	if err := r.full(r.hdr[1:trailerSize-4], "read trailer"); err != nil {
+		return err
+	}
+	if err := r.streamEnded(); err != nil {
 		return err
 	}
 	crc := r.crc

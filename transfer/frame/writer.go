@@ -52,6 +52,12 @@ type WriterOptions struct {
 	// keeping-up link as costless and send compressible data raw. Zero
 	// counts only what the Writer measures.
 	WireCost time.Duration
+	// RTT, when set, returns the channel's round trip as the caller has
+	// measured it, or 0 while it has not; Auto calls it as it goes. From
+	// WANRTT up, and while it is 0, Auto takes the link for a WAN's,
+	// slower than the stream's encoder, and compresses what pays in the
+	// stream (see Auto) unless it measures otherwise.
+	RTT func() time.Duration
 	// Buffered is how many wire bytes the channel takes before its Write
 	// can block (a relay's flow-control windows). Until that many have
 	// gone, a Write that returns at once says nothing of the link's pace,
@@ -92,12 +98,29 @@ type Writer struct {
 	miss    int // consecutive blocks that did not pay (Auto)
 	skipped int // blocks sent raw untried since the last try (Auto)
 	stats   Stats
-	link    rate    // time the sender spent writing, per wire byte (Auto)
-	codecT  [2]rate // time compressing, per plaintext byte, by codec (Auto)
-	codecW  [2]rate // wire bytes of blocks tried, per plaintext byte, by codec (Auto)
-	pick    byte    // the codec Auto uses, once measured: typeZstd or typeS2
-	probe   int     // blocks since the last probe of what Auto does not pick
-	gap     int     // blocks from one probe to the next (Auto)
+	// The link, as Auto measures it: the time the sender spends in the
+	// underlying Write per wire byte, once the channel's buffers are
+	// full (see linkPace). link counts only blocks whose Write waited
+	// for the link, linkAll every block; unblocked is the wire written
+	// since one last waited.
+	link      rate
+	linkAll   rate
+	unblocked int64
+	codecT    [3]rate // time compressing, per plaintext byte, by codec (Auto)
+	codecW    [3]rate // wire bytes of blocks tried, per plaintext byte, by codec (Auto)
+	pick      byte    // the codec Auto uses, once measured: typeZstd or typeS2
+	probe     int     // blocks since the last probe of what Auto does not pick
+	gap       int     // blocks from one probe to the next (Auto)
+	// streaming: Auto's last zstd block went into the stream (typeStream).
+	streaming bool
+
+	// stream is the encoder of typeStream blocks, made by the first. The
+	// compressing goroutines of those blocks use it one at a time, in
+	// stream order: each waits for the one before (slot.after), and
+	// lastStream is the done channel of the last queued, owned by the
+	// caller.
+	stream     *streamEncoder
+	lastStream chan struct{}
 
 	// Owned by the sender goroutine while it runs, by the caller of Close
 	// once it has stopped (the mutex orders the two).
@@ -114,8 +137,15 @@ type slot struct {
 	plain []byte
 	out   []byte        // block header and payload
 	typ   byte          // out's block type
-	codec byte          // the compression tried: typeZstd, typeS2, or typeRaw for none
+	codec byte          // the compression tried: typeZstd, typeS2, typeStream, or typeRaw for none
 	took  time.Duration // compressing it, in CPU time where it can be had
+	// paid: a typeStream block compressed as Auto asks (pays); one that
+	// did not still goes as typeStream, since the encoder's history has
+	// it now, and counts as a miss.
+	paid bool
+	// after is closed once the stream block before this one (if this is
+	// one) has been through the stream encoder.
+	after chan struct{}
 	// both: the block is an S2 trial on a link where zstd may pay (Auto's
 	// warmup, a probe while zstd is picked): it is compressed with both
 	// codecs, each measured (s2, zs), and the smaller is sent, so that a
@@ -283,7 +313,7 @@ func (w *Writer) Close() error {
 		w.err = err
 		return err
 	}
-	w.free, w.encs = nil, nil
+	w.free, w.encs, w.stream = nil, nil, nil
 	return nil
 }
 
@@ -379,7 +409,7 @@ func (w *Writer) block(p []byte, own bool) error {
 	w.mu.Unlock()
 
 	w.cut++
-	s.done, s.typ, s.codec, s.err, s.both = nil, typeRaw, try, nil, both
+	s.done, s.typ, s.codec, s.err, s.both, s.after = nil, typeRaw, try, nil, both, nil
 	if try != typeRaw {
 		if own {
 			s.plain, w.buf = p, s.plain[:0]
@@ -390,6 +420,9 @@ func (w *Writer) block(p []byte, own bool) error {
 			s.plain = append(s.plain[:0], p...)
 		}
 		s.done = make(chan struct{})
+		if try == typeStream {
+			s.after, w.lastStream = w.lastStream, s.done
+		}
 		go w.compress(s, w.opts.Compress, w.opts.MaxRatio, w.opts.BlockSize)
 	} else {
 		s.out, s.typ = encodeBlock(s.out[:0], p, nil, w.opts.Compress, w.opts.MaxRatio)
@@ -412,6 +445,19 @@ func (w *Writer) block(p []byte, own bool) error {
 // s.done. It touches only s and the encoder pool.
 func (w *Writer) compress(s *slot, mode Mode, maxRatio, blockSize int) {
 	defer close(s.done)
+	if s.codec == typeStream {
+		if s.after != nil {
+			<-s.after
+		}
+		if w.stream == nil {
+			if w.stream, s.err = newStreamEncoder(); s.err != nil {
+				return
+			}
+		}
+		s.took = cpuClock(func() { s.out, s.paid, s.err = w.stream.block(s.out[:0], s.plain, mode, maxRatio) })
+		s.typ = typeStream
+		return
+	}
 	if s.codec == typeS2 {
 		var ok bool
 		if s.took = cpuClock(func() { s.out, s.typ, ok = encodeS2(s.out[:0], s.plain, mode, maxRatio) }); ok {
@@ -504,7 +550,7 @@ func (w *Writer) send() {
 			}
 		default:
 			w.sent(s)
-			w.link.add(took.Seconds(), float64(n), linkWindow)
+			w.measureLink(took, n)
 		}
 		w.cond.Broadcast()
 	}
@@ -531,13 +577,15 @@ func (w *Writer) sent(s *slot) {
 		} else {
 			measure(s.codec, trial{s.took, len(s.out) - blockHeaderSize})
 		}
-		if s.typ != typeRaw {
+		if s.typ != typeRaw && (s.typ != typeStream || s.paid) {
 			w.miss = 0
 		} else {
 			w.miss++
 		}
 	}
 	switch s.typ {
+	case typeStream:
+		w.stats.StreamBlocks++
 	case typeZstd:
 		w.stats.ZstdBlocks++
 	case typeS2:
@@ -606,8 +654,64 @@ func header(out []byte, h int, typ byte, plain int) []byte {
 }
 
 // try returns the compression to try on the next block (typeRaw for
-// none), with w.mu held.
+// none), with w.mu held: choose's, with Auto's zstd in the stream where
+// that is faster.
 func (w *Writer) try() byte {
+	c := w.choose()
+	// Not the first block, which is all of most small streams: a frame
+	// of its own costs less than an encoder with a StreamWindow of
+	// history (18 MiB, a few ms). Not after a block that did not pay: a
+	// stream block is sent even then (its encoder has it), so data that
+	// may not compress is tried outside the stream, which sends what
+	// does not pay raw. (The first blocks are cut before the first is
+	// sent: incompressible data may send a few stream blocks, at a few
+	// bytes each over their plaintext.)
+	if c == typeRaw || w.opts.Compress != Auto || w.cut == 0 || w.miss > 0 {
+		return c
+	}
+	switch {
+	case w.wan():
+		// Auto's own measures cannot be had in time here: a WAN's
+		// buffers (flow-control windows, sockets) take several MiB at
+		// once, as much as a whole transfer of text sends, so the link
+		// shows its pace late if at all, and a Write that returns at
+		// once would look like a fast link. The stream is kept, for S2
+		// too, unless the link is shown fast after all (fastWAN).
+		w.streaming = !w.fastWAN()
+	case c == typeZstd:
+		w.streaming = w.linkKnown() && w.streams()
+	default:
+		w.streaming = false
+	}
+	if w.streaming {
+		c = typeStream
+	}
+	return c
+}
+
+// wan reports whether the channel's round trip (WriterOptions.RTT) is a
+// WAN's, or may be: until the caller has measured it, the link is taken
+// for a WAN's, where the first MiBs compressed the most save the most.
+// A LAN's round trip is known after about a millisecond, a block or two.
+func (w *Writer) wan() bool {
+	if w.opts.RTT == nil {
+		return false
+	}
+	rtt := w.opts.RTT()
+	return rtt == 0 || rtt >= WANRTT
+}
+
+// fastWAN reports, with w.mu held, whether a WAN's link has been shown
+// faster than the stream's encoder: the link measured well past the
+// channel's buffers (4 × Buffered of wire, 1 MiB at least), and frames of
+// their own faster there than the stream (streams).
+func (w *Writer) fastWAN() bool {
+	return w.linkKnown() && w.stats.Wire >= 4*max(w.opts.Buffered, 1<<20) && !w.streams()
+}
+
+// choose returns the codec to try on the next block, zstd, S2 or none
+// (typeRaw), with w.mu held.
+func (w *Writer) choose() byte {
 	switch w.opts.Compress {
 	case None:
 		return typeRaw
@@ -665,10 +769,44 @@ func otherCodec(c byte) byte {
 }
 
 func codecIndex(c byte) int {
-	if c == typeS2 {
+	switch c {
+	case typeS2:
 		return 1
+	case typeStream:
+		return 2
 	}
 	return 0
+}
+
+// streams reports, with w.mu held, whether a block Auto compresses with
+// zstd is faster sent as a piece of the stream's shared zstd frame
+// (typeStream) than as a frame of its own. The stream compresses better
+// (each block refers to the StreamWindow before it, and it uses zstd's
+// default level), but blocks go through its one encoder one at a time,
+// while frames of their own are compressed Concurrency at a time. So
+// each way goes at the pace of the slower of its compression and the
+// link's time for its output, and the stream wins where the link is the
+// bottleneck: about 100 Mbit/s and slower for text. A switch needs a
+// gain of hysteresisPct. The link must be known.
+func (w *Writer) streams() bool {
+	st, z := codecIndex(typeStream), codecIndex(typeZstd)
+	if w.codecT[st].n == 0 {
+		return true
+	}
+	link := w.linkCost()
+	ts, ws := w.codecT[st].per(), w.codecW[st].per()
+	// Unmeasured, a frame of its own is about twice as fast as the
+	// stream's default level, and a sixth larger on text.
+	tz, wz := ts/2, ws*7/6
+	if w.codecT[z].n > 0 {
+		tz, wz = w.codecT[z].per(), w.codecW[z].per()
+	}
+	stream := max(ts, link*ws)
+	frames := max(tz/float64(w.opts.Concurrency), link*wz)
+	if w.streaming {
+		return frames*100 >= stream*(100-hysteresisPct)
+	}
+	return frames*(100-hysteresisPct) > stream*100
 }
 
 // adapt picks, with w.mu held, the codec Auto uses: zstd or S2,
@@ -685,7 +823,7 @@ func codecIndex(c byte) int {
 // gain hysteresisPct of the codec's time over the current pick, so that
 // the choice does not flap around a balance.
 func (w *Writer) adapt() {
-	if w.link.n == 0 || w.codecT[0].n == 0 || w.codecT[1].n == 0 {
+	if !w.linkKnown() || w.codecT[0].n == 0 || w.codecT[1].n == 0 {
 		return
 	}
 	link := w.linkCost()
@@ -716,7 +854,7 @@ func (w *Writer) adapt() {
 // the link have been measured it says no.
 func (w *Writer) zstdMayPay() bool {
 	s, z := codecIndex(typeS2), codecIndex(typeZstd)
-	if w.link.n == 0 || w.codecT[s].n == 0 {
+	if !w.linkKnown() || w.codecT[s].n == 0 {
 		return false
 	}
 	link := w.linkCost()
@@ -727,16 +865,47 @@ func (w *Writer) zstdMayPay() bool {
 	return w.codecW[s].per()*link > extra
 }
 
+// measureLink counts, with w.mu held, a block of n wire bytes that the
+// underlying Write took took to take. What a channel takes before its
+// buffers are full (WriterOptions.Buffered) it takes at once whatever the
+// link, and is not counted.
+func (w *Writer) measureLink(took time.Duration, n int) {
+	if w.stats.Wire-int64(n) < w.opts.Buffered || n == 0 {
+		return
+	}
+	w.linkAll.add(took.Seconds(), float64(n), linkWindow)
+	if took.Seconds() >= float64(n)*blockedPace {
+		w.link.add(took.Seconds(), float64(n), linkWindow)
+		w.unblocked = 0
+	} else {
+		w.unblocked += int64(n)
+	}
+}
+
 // linkKnown reports, with w.mu held, whether the link has been measured
 // past the channel's buffers (WriterOptions.Buffered).
 func (w *Writer) linkKnown() bool {
-	return w.link.n > 0 && w.stats.Wire >= w.opts.Buffered
+	return w.linkAll.n > 0
+}
+
+// linkPace is the link's time per wire byte, with w.mu held. A Write that
+// returns at once says only that the link kept up with what was written
+// so far, not how fast it is: a Writer that compresses harder once the
+// link is slow writes slower than the link then, for a while, before
+// the channel's buffers fill again. So the pace is that of the Writes
+// that waited, until 2 × linkWindow of wire has gone without one waiting:
+// the link is faster than the Writer then, and the pace is every Write's.
+func (w *Writer) linkPace() float64 {
+	if w.link.n > 0 && w.unblocked < 2*linkWindow {
+		return w.link.per()
+	}
+	return w.linkAll.per()
 }
 
 // linkCost is what Auto counts a wire byte to cost, in seconds: the link's
 // measured pace, but never less than WireCost. w.mu is held.
 func (w *Writer) linkCost() float64 {
-	return max(w.link.per(), w.opts.WireCost.Seconds()/(1<<20))
+	return max(w.linkPace(), w.opts.WireCost.Seconds()/(1<<20))
 }
 
 // rate is a quantity per byte over roughly the last window bytes.
