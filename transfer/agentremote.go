@@ -8,6 +8,7 @@ import (
 
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/archive"
+	"github.com/ferry-dev/ferry/transfer/frame"
 )
 
 // agentRemote is agent mode.
@@ -63,6 +64,7 @@ func (a agentRemote) Upload(ctx context.Context, spec UploadSpec, fill Fill) (St
 		// is what was sent, but it is not what was counted.
 		return Stats{}, fmt.Errorf("%w: %d entries counted, %d sent", ErrShort, want, res.Entries)
 	}
+	a.logFrames("upload", spec.Dest, res.Frames)
 	st := StatsOf(res)
 	if spec.IntoIfDir && spec.SrcIsDir && !res.PlacedInto && st.Dirs > 0 {
 		st.Dirs--
@@ -76,7 +78,15 @@ func (a agentRemote) Download(ctx context.Context, spec DownloadSpec) (Stats, er
 	if err != nil {
 		return Stats{}, err
 	}
+	a.logFrames("download", spec.Dir, res.Frames)
 	return StatsOf(res), nil
+}
+
+// logFrames says, at debug level, how a transfer's blocks were
+// compressed: what Auto chose for the link.
+func (a agentRemote) logFrames(op, p string, f frame.Stats) {
+	a.t.log().Debug("agent "+op+" framed", "sandbox", a.t.Name, "path", p, "plaintext", f.Plaintext, "wire", f.Wire,
+		"stream_blocks", f.StreamBlocks, "zstd_blocks", f.ZstdBlocks, "s2_blocks", f.S2Blocks, "raw_blocks", f.RawBlocks)
 }
 
 func (a agentRemote) Present(ctx context.Context, dir string, names []string) ([]string, error) {

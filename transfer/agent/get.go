@@ -118,5 +118,5 @@ func (c *Client) Get(ctx context.Context, spec GetSpec) (Result, error) {
 		}
 		return Result{}, fmt.Errorf("%s: %w", op, err)
 	}
-	return Result{Stats: st, WireBytes: msgs.Wire, Entries: msgs.Trailer.GetEntries(), StaleStaging: stale}, nil
+	return Result{Stats: st, WireBytes: msgs.Wire, Entries: msgs.Trailer.GetEntries(), StaleStaging: stale, Frames: tr.Frames.Stats()}, nil
 }

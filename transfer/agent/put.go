@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
@@ -71,13 +73,27 @@ func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *archive.Wri
 		}
 		return c.callErr(op, err)
 	}
+	// The agent's round trip comes in the call's header (wire.RTTKey),
+	// for Auto; 0 until then.
+	var rtt atomic.Int64
+	headed := make(chan struct{})
+	go func() {
+		defer close(headed)
+		if md, err := stream.Header(); err == nil {
+			rtt.Store(int64(wire.RTTOf(md)))
+		}
+	}()
+	defer func() {
+		cancel() // Header returns once the call is over
+		<-headed
+	}()
 	hdr := &agentv1.PutHeader{Dest: spec.Dest, Place: place, Limits: wire.LimitsToProto(spec.Limits), Staging: spec.Staging, IntoIfDir: spec.IntoIfDir}
 	if err := stream.Send(&agentv1.PutRequest{Msg: &agentv1.PutRequest_Header{Header: hdr}}); err != nil {
 		return Result{}, ended()
 	}
 	t := wire.NewTreeWriter(func(b []byte) error {
 		return stream.Send(&agentv1.PutRequest{Msg: &agentv1.PutRequest_Data{Data: b}})
-	}, spec.Compress, wire.FrameRatio(spec.Limits))
+	}, spec.Compress, wire.FrameRatio(spec.Limits), func() time.Duration { return time.Duration(rtt.Load()) })
 	err = fill(t.Tar)
 	if err == nil {
 		err = t.Finish()
@@ -107,7 +123,7 @@ func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *archive.Wri
 	if err != nil {
 		return Result{}, c.callErr(op, err)
 	}
-	res := Result{Stats: t.Tar.Stats(), WireBytes: t.Chunks.Wire, Entries: trailer.GetEntries(), StaleStaging: staleCount(stream.Trailer()), PlacedInto: spec.IntoIfDir && resp.GetPlacedInto()}
+	res := Result{Stats: t.Tar.Stats(), WireBytes: t.Chunks.Wire, Entries: trailer.GetEntries(), StaleStaging: staleCount(stream.Trailer()), PlacedInto: spec.IntoIfDir && resp.GetPlacedInto(), Frames: t.Frames.Stats()}
 	// The agent checked the trailer; a count it reports otherwise is an
 	// agent that placed something else.
 	if as := resp.GetStats(); as.GetFiles() != res.Files || as.GetDirs() != res.Dirs || as.GetSymlinks() != res.Symlinks || as.GetBytes() != res.Bytes {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/ferry-dev/ferry/transfer/archive"
+	"github.com/ferry-dev/ferry/transfer/frame"
 )
 
 // Result is what a Put or Get moved.
@@ -25,6 +26,9 @@ type Result struct {
 	// PlacedInto: a Put with IntoIfDir found Dest a directory and placed
 	// into it.
 	PlacedInto bool
+	// Frames counts the frame stream's blocks by how each was
+	// compressed, as the host wrote (Put) or read (Get) them.
+	Frames frame.Stats
 }
 
 // opPaths names an operation on paths for an error.

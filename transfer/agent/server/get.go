@@ -79,7 +79,7 @@ func (s *server) get(req *agentv1.GetRequest, stream agentv1.Agent_GetServer) er
 	names = kept
 	t := wire.NewTreeWriter(func(b []byte) error {
 		return stream.Send(&agentv1.GetResponse{Msg: &agentv1.GetResponse_Data{Data: b}})
-	}, mode, 0)
+	}, mode, 0, s.rtt)
 	var err error
 	for _, n := range names {
 		if n == "." {

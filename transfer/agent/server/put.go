@@ -24,6 +24,12 @@ func (s *server) Put(stream agentv1.Agent_PutServer) error {
 
 func (s *server) put(stream agentv1.Agent_PutServer) (_ *agentv1.Stats, into bool, err error) {
 	ctx := stream.Context()
+	if rtt := s.rtt(); rtt > 0 {
+		// At once, so that it reaches the host before much of the data
+		// it helps to compress has been sent (wire.RTTKey). A header
+		// that cannot go means a stream that is over: Recv says why.
+		stream.SendHeader(wire.RTTHeader(rtt))
+	}
 	first, err := stream.Recv()
 	if err != nil {
 		return nil, false, err

@@ -43,6 +43,11 @@ type server struct {
 	agentv1.UnimplementedAgentServer
 	cfg Config
 	log *slog.Logger
+	// rtt is the connection's round trip, once the host's hello is in:
+	// from writing the agent's hello to reading the host's, which the
+	// host writes as soon as it has read the agent's. A Get's Auto
+	// compression goes by it (frame.WriterOptions.RTT). 0 before.
+	rtt func() time.Duration
 }
 
 // Serve runs the agent's side of one connection: it writes its hello to w,
@@ -63,7 +68,7 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg Config) error {
 	// hello instead of a round trip later (a gRPC client sends no call
 	// before the server's SETTINGS). The host's hello is still read and
 	// checked before any byte of its HTTP/2 stream.
-	hr := &helloReader{r: r}
+	hr := &helloReader{r: r, sent: time.Now()}
 	ended := make(chan struct{})
 	var once sync.Once
 	conn := wire.NewStreamConn(hr, w, func() error {
@@ -72,7 +77,7 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg Config) error {
 	})
 	lis := wire.ConnListener(conn)
 	gs := grpc.NewServer(wire.ServerOptions()...)
-	srv := &server{cfg: cfg, log: log}
+	srv := &server{cfg: cfg, log: log, rtt: hr.rtt}
 	var impl agentv1.AgentServer = srv
 	if cfg.Wrap != nil {
 		impl = cfg.Wrap(srv)
@@ -120,9 +125,17 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg Config) error {
 // reads through: the host's stdin carries nothing before its hello.
 type helloReader struct {
 	r    io.Reader
+	sent time.Time // when the agent's hello went
 	mu   sync.Mutex
 	done bool
 	err  error
+	took time.Duration // from sent to the host's hello read
+}
+
+func (h *helloReader) rtt() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.took
 }
 
 func (h *helloReader) Read(p []byte) (int, error) {
@@ -131,6 +144,8 @@ func (h *helloReader) Read(p []byte) (int, error) {
 		h.done = true
 		if _, err := wire.ReadHello(h.r, 0); err != nil {
 			h.err = err
+		} else {
+			h.took = time.Since(h.sent)
 		}
 	}
 	err := h.err

@@ -8,6 +8,7 @@ import (
 	"math"
 	"path"
 	"strings"
+	"time"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/transfer/archive"
@@ -64,9 +65,11 @@ type TreeWriter struct {
 }
 
 // NewTreeWriter starts a tree stream; maxRatio 0 is the frame default.
-func NewTreeWriter(send func([]byte) error, mode frame.Mode, maxRatio int) *TreeWriter {
+// rtt, which may be nil, is the connection's round trip as its end has
+// measured it (frame.WriterOptions.RTT).
+func NewTreeWriter(send func([]byte) error, mode frame.Mode, maxRatio int, rtt func() time.Duration) *TreeWriter {
 	cw := &ChunkWriter{send: send}
-	fw := frame.NewWriter(cw, frame.WriterOptions{Compress: mode, BlockSize: frameBlock, MaxRatio: maxRatio, NoDigest: true, WireCost: wireCost, Buffered: relayBuffered})
+	fw := frame.NewWriter(cw, frame.WriterOptions{Compress: mode, BlockSize: frameBlock, MaxRatio: maxRatio, NoDigest: true, WireCost: wireCost, Buffered: relayBuffered, RTT: rtt})
 	tw := archive.NewWriter(fw)
 	tw.HashFiles()
 	return &TreeWriter{Chunks: cw, Frames: fw, Tar: tw}
