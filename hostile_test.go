@@ -143,11 +143,12 @@ func TestHostileSandboxTarRefusals(t *testing.T) {
 		// `ferry cp box:payload ~/`: the stream carries a .bashrc too.
 		{archive: "unrequested-top-level", src: "payload", into: true, want: archive.ErrUnrequested, entry: ".bashrc"},
 		{archive: "unrequested-root", src: "payload", into: true, want: archive.ErrUnrequested, entry: "./"},
-		// 2 GiB of zeros from a few KiB on the wire.
-		{archive: "sparse-gnu", src: "x", want: archive.ErrUnsupported, entry: "sparse"},
-		{archive: "sparse-pax-0.0", src: "x", want: archive.ErrUnsupported, entry: "sparse"},
-		{archive: "sparse-pax-0.1", src: "x", want: archive.ErrUnsupported, entry: "sparse"},
-		{archive: "sparse-pax-1.0", src: "x", want: archive.ErrUnsupported, entry: "sparse"},
+		// 2 GiB of zeros from a few KiB on the wire, as the contents
+		// asked for (`tar -C x -c .`: every name is requested).
+		{archive: "sparse-gnu", src: "x/.", want: archive.ErrUnsupported, entry: "sparse"},
+		{archive: "sparse-pax-0.0", src: "x/.", want: archive.ErrUnsupported, entry: "sparse"},
+		{archive: "sparse-pax-0.1", src: "x/.", want: archive.ErrUnsupported, entry: "sparse"},
+		{archive: "sparse-pax-1.0", src: "x/.", want: archive.ErrUnsupported, entry: "sparse"},
 		{archive: "sparse-pax-1.0", src: "x", into: true, want: archive.ErrUnrequested, entry: "existing"},
 	} {
 		t.Run(fmt.Sprintf("%s/into=%v", tc.archive, tc.into), func(t *testing.T) {
@@ -255,7 +256,7 @@ func TestIdleSandboxTar(t *testing.T) {
 		plantTar(t, e, fmt.Sprintf(`n=$(wc -c <'%s'); i=0; while [ "$i" -lt "$n" ]; do tail -c +$((i+1)) '%s' | head -c 512; i=$((i+512)); sleep 0.2; done`, tarPath, tarPath))
 		dst := filepath.Join(t.TempDir(), "got")
 		start := time.Now()
-		if _, err := ferry.Download(ctx(t), sb, []string{"x"}, dst, archive.Limits{}); err != nil {
+		if _, err := ferry.Download(ctx(t), sb, []string{"x/."}, dst, archive.Limits{}); err != nil {
 			t.Fatalf("a steady stream failed: %v", err)
 		}
 		if took := time.Since(start); took < 2*timeout {
