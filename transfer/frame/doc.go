@@ -27,13 +27,15 @@
 //	           Snappy block extended) whose stated length is plain;
 //	           0 < enc < plain
 //	0x04 stream payload is zlen:u32, then zlen bytes that continue the
-//	           one zstd frame all the stream's 0x04 blocks share, then
+//	           one zstd stream all the stream's 0x04 blocks share, then
 //	           zero padding; given every 0x04 block before it, its zlen
 //	           bytes decode to exactly plain bytes, neither short of its
 //	           end nor past it; 0 < zlen, 4 < enc <= plain + plain/1024
 //	           + 64 (a block that does not compress still goes, as zstd
-//	           raw blocks: the encoder's history holds it); the frame's
-//	           window is at most StreamWindow (8 MiB)
+//	           raw blocks: the encoder's history holds it); the zstd
+//	           stream is one frame or several, one after another (a
+//	           block may end one and begin the next), each with a
+//	           window of at most StreamWindow (8 MiB)
 //
 // Every block has 1 <= plain; a Writer makes every block but the last
 // exactly BlockSize bytes of plaintext (default 256 KiB), but a reader must
@@ -116,5 +118,7 @@
 // trip is needed because a channel's buffers (a relay's windows, several
 // MiB) take in a whole transfer before its link can be measured. A block
 // that did not pay, and every block after it until one pays, goes outside
-// the stream, where what does not compress is sent raw.
+// the stream, where what does not compress is sent raw. A stream unused
+// for a few blocks is ended, so that its encoder's memory goes; stream
+// blocks after that begin a new frame.
 package frame

@@ -77,6 +77,11 @@ const (
 	// streamLenSize is a stream block's inner length field: how many of
 	// its payload's bytes belong to the zstd frame, before zero padding.
 	streamLenSize = 4
+	// streamIdle is how many blocks the stream may go unused before its
+	// frame is ended and its encoder's memory let go (endStream):
+	// StreamWindow at the agent's 1 MiB blocks, so that data that
+	// compresses again soon still finds its history.
+	streamIdle = 8
 
 	// skippable zstd frame (RFC 8878 section 3.1.2): magic 0x184D2A50 and
 	// a 4-byte little-endian size, both little-endian, then that many bytes.

@@ -51,10 +51,12 @@ func (e *streamEncoder) Write(p []byte) (int, error) {
 
 // block appends the stream block of plaintext p to out, padded to
 // maxRatio, and reports whether it pays for mode. It must be sent
-// whether or not it pays: the encoder's history holds p now.
-func (e *streamEncoder) block(out, p []byte, mode Mode, maxRatio int) (_ []byte, paid bool, err error) {
+// whether or not it pays: the encoder's history holds p now. prefix,
+// the end of the frame before (end), goes ahead of the block's zstd
+// bytes when the encoder is a new one.
+func (e *streamEncoder) block(out, prefix, p []byte, mode Mode, maxRatio int) (_ []byte, paid bool, err error) {
 	h := len(out)
-	e.out = append(append(out, zeroHeader[:]...), 0, 0, 0, 0)
+	e.out = append(append(append(out, zeroHeader[:]...), 0, 0, 0, 0), prefix...)
 	if _, err := e.enc.Write(p); err != nil {
 		return out[:h], false, fmt.Errorf("zstd stream: %w", err)
 	}
@@ -69,6 +71,16 @@ func (e *streamEncoder) block(out, p []byte, mode Mode, maxRatio int) (_ []byte,
 		out = append(out, make([]byte, floor-(len(out)-start))...)
 	}
 	return header(out, h, typeStream, len(p)), pays(mode, n+streamLenSize, len(p)), nil
+}
+
+// end ends the encoder's frame and returns its last bytes (a last zstd
+// block, empty): the encoder is done.
+func (e *streamEncoder) end() ([]byte, error) {
+	e.out = nil
+	err := e.enc.Close()
+	out := e.out
+	e.out = nil
+	return out, err
 }
 
 // streamSlack is how far a stream block may exceed its plaintext: one

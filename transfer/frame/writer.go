@@ -121,6 +121,14 @@ type Writer struct {
 	// caller.
 	stream     *streamEncoder
 	lastStream chan struct{}
+	// sinceStream counts the blocks cut since the last stream block;
+	// from streamIdle on, the stream's frame is ended (endStream) and its
+	// encoder dropped. streamEnd is that frame's last bytes, which the
+	// next stream block carries ahead of a new frame. streamFrames counts
+	// the frames the stream has begun.
+	sinceStream  int
+	streamEnd    []byte
+	streamFrames int
 
 	// Owned by the sender goroutine while it runs, by the caller of Close
 	// once it has stopped (the mutex orders the two).
@@ -146,6 +154,9 @@ type slot struct {
 	// after is closed once the stream block before this one (if this is
 	// one) has been through the stream encoder.
 	after chan struct{}
+	// prefix, on a stream block, is the end of the stream's frame before
+	// it (endStream): this block begins a new frame.
+	prefix []byte
 	// both: the block is an S2 trial on a link where zstd may pay (Auto's
 	// warmup, a probe while zstd is picked): it is compressed with both
 	// codecs, each measured (s2, zs), and the smaller is sent, so that a
@@ -409,7 +420,15 @@ func (w *Writer) block(p []byte, own bool) error {
 	w.mu.Unlock()
 
 	w.cut++
-	s.done, s.typ, s.codec, s.err, s.both, s.after = nil, typeRaw, try, nil, both, nil
+	s.done, s.typ, s.codec, s.err, s.both, s.after, s.prefix = nil, typeRaw, try, nil, both, nil, nil
+	if try == typeStream {
+		w.sinceStream = 0
+	} else if w.lastStream != nil {
+		w.sinceStream++
+		if err := w.endStream(); err != nil {
+			return err
+		}
+	}
 	if try != typeRaw {
 		if own {
 			s.plain, w.buf = p, s.plain[:0]
@@ -422,6 +441,7 @@ func (w *Writer) block(p []byte, own bool) error {
 		s.done = make(chan struct{})
 		if try == typeStream {
 			s.after, w.lastStream = w.lastStream, s.done
+			s.prefix, w.streamEnd = w.streamEnd, nil
 		}
 		go w.compress(s, w.opts.Compress, w.opts.MaxRatio, w.opts.BlockSize)
 	} else {
@@ -453,8 +473,9 @@ func (w *Writer) compress(s *slot, mode Mode, maxRatio, blockSize int) {
 			if w.stream, s.err = newStreamEncoder(); s.err != nil {
 				return
 			}
+			w.streamFrames++
 		}
-		s.took = cpuClock(func() { s.out, s.paid, s.err = w.stream.block(s.out[:0], s.plain, mode, maxRatio) })
+		s.took = cpuClock(func() { s.out, s.paid, s.err = w.stream.block(s.out[:0], s.prefix, s.plain, mode, maxRatio) })
 		s.typ = typeStream
 		return
 	}
@@ -480,6 +501,37 @@ func (w *Writer) compress(s *slot, mode Mode, maxRatio, blockSize int) {
 	}
 	s.took += cpuClock(func() { s.out, s.typ = encodeBlock(s.out[:0], s.plain, enc, mode, maxRatio) })
 	w.encs <- enc
+}
+
+// endStream ends the stream's frame and drops its encoder once the
+// stream has gone unused for streamIdle blocks and its last block is
+// through the encoder: the encoder's history (18 MiB) would otherwise be
+// live for the rest of the transfer, and near the process's heap limit
+// (ferry's is 40 MiB) the collector then runs all the time. Data that
+// compresses again later begins a new frame, which the next stream
+// block carries after the old one's end; the reader's one zstd decoder
+// takes both as one stream. The caller owns lastStream, and a closed one
+// says no compressing goroutine touches the encoder.
+func (w *Writer) endStream() error {
+	if w.sinceStream < streamIdle {
+		return nil
+	}
+	select {
+	case <-w.lastStream:
+	default:
+		return nil
+	}
+	w.lastStream = nil
+	if w.stream == nil {
+		return nil // its first block failed to make it; that block's error ends the Writer
+	}
+	end, err := w.stream.end()
+	w.stream = nil
+	if err != nil {
+		return fmt.Errorf("end zstd stream frame: %w", err)
+	}
+	w.streamEnd = end
+	return nil
 }
 
 // compressBoth compresses s, framed with S2 already, with zstd too, and
@@ -790,15 +842,24 @@ func codecIndex(c byte) int {
 // gain of hysteresisPct. The link must be known.
 func (w *Writer) streams() bool {
 	st, z := codecIndex(typeStream), codecIndex(typeZstd)
-	if w.codecT[st].n == 0 {
+	if w.codecT[st].n == 0 && w.codecT[z].n == 0 {
 		return true
 	}
 	link := w.linkCost()
-	ts, ws := w.codecT[st].per(), w.codecW[st].per()
 	// Unmeasured, a frame of its own is about twice as fast as the
-	// stream's default level, and a sixth larger on text.
-	tz, wz := ts/2, ws*7/6
-	if w.codecT[z].n > 0 {
+	// stream's default level, and a sixth larger on text; and the
+	// other way round: a fast link, before the stream is measured, is
+	// not given a block of it on a guess.
+	var ts, ws, tz, wz float64
+	switch {
+	case w.codecT[st].n == 0:
+		tz, wz = w.codecT[z].per(), w.codecW[z].per()
+		ts, ws = tz*2, wz*6/7
+	case w.codecT[z].n == 0:
+		ts, ws = w.codecT[st].per(), w.codecW[st].per()
+		tz, wz = ts/2, ws*7/6
+	default:
+		ts, ws = w.codecT[st].per(), w.codecW[st].per()
 		tz, wz = w.codecT[z].per(), w.codecW[z].per()
 	}
 	stream := max(ts, link*ws)
