@@ -78,9 +78,7 @@ func (e *streamEncoder) block(out, prefix, p []byte, mode Mode, maxRatio int) (_
 func (e *streamEncoder) end() ([]byte, error) {
 	e.out = nil
 	err := e.enc.Close()
-	out := e.out
-	e.out = nil
-	return out, err
+	return e.out, err
 }
 
 // streamSlack is how far a stream block may exceed its plaintext: one

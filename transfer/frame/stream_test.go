@@ -178,6 +178,14 @@ func TestStreamHostile(t *testing.T) {
 	wide := pieces(t, 2*StreamWindow, a)
 	zeros := make([]byte, 64<<10)
 	pz := pieces(t, 1<<20, zeros)
+	// A Writer ends the stream's frame when the stream goes unused and
+	// begins another: a second frame is held to StreamWindow too.
+	// The end of a's frame goes ahead of the next frame, in the next
+	// block, as the Writer sends it.
+	flushedA, endA := ended(t, 1<<20, a)
+	wideB := append(bytes.Clone(endA), pieces(t, 2*StreamWindow, b)[0]...)
+	fb, _ := ended(t, 1<<20, b)
+	nextB := append(bytes.Clone(endA), fb...)
 	tests := []struct {
 		name string
 		wire []byte
@@ -198,6 +206,9 @@ func TestStreamHostile(t *testing.T) {
 		{"over ratio", stream(zeros, block(typeStream, len(zeros), streamPayload(pz[0]))), ReaderOptions{MaxRatio: 2}, ErrLimit},
 		{"garbage", stream(a, block(typeStream, len(a), streamPayload([]byte("not zstd at all")))), ReaderOptions{}, ErrCorrupt},
 		{"second block without the first", stream(b, block(typeStream, len(b), streamPayload(p[1]))), ReaderOptions{}, ErrCorrupt},
+		{"second frame over StreamWindow", stream(ab, block(typeStream, len(a), streamPayload(flushedA)), block(typeStream, len(b), streamPayload(wideB))), ReaderOptions{}, ErrLimit},
+		{"second frame decodes past its block", stream(ab[:len(ab)-100], block(typeStream, len(a), streamPayload(flushedA)), block(typeStream, len(b)-100, streamPayload(nextB))), ReaderOptions{}, ErrCorrupt},
+		{"frame's end in its own block", stream(ab, block(typeStream, len(a), streamPayload(append(bytes.Clone(flushedA), endA...))), block(typeStream, len(b), streamPayload(fb))), ReaderOptions{}, ErrCorrupt},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -212,6 +223,34 @@ func TestStreamHostile(t *testing.T) {
 	if err != nil || !bytes.Equal(out, ab) {
 		t.Fatalf("well-formed: err %v, equal %v", err, bytes.Equal(out, ab))
 	}
+	out, _, err = decode(stream(ab, block(typeStream, len(a), streamPayload(flushedA)), block(typeStream, len(b), streamPayload(nextB))), ReaderOptions{})
+	if err != nil || !bytes.Equal(out, ab) {
+		t.Fatalf("well-formed, two frames: err %v, equal %v", err, bytes.Equal(out, ab))
+	}
+}
+
+// ended is p as one zstd frame with window, as a stream block carries
+// it, flushed, and the bytes that end the frame (endStream's), which the
+// next stream block carries ahead of its own.
+func ended(t *testing.T, window int, p []byte) (flushed, end []byte) {
+	t.Helper()
+	var buf bytes.Buffer
+	enc, err := zstd.NewWriter(&buf, zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(window), zstd.WithEncoderCRC(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := enc.Write(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := enc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	flushed = bytes.Clone(buf.Bytes())
+	buf.Reset()
+	if err := enc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return flushed, buf.Bytes()
 }
 
 // mixedStream is mixed with stream blocks among the zstd ones (and the

@@ -411,14 +411,7 @@ func (w *Writer) block(p []byte, own bool) error {
 		s = &slot{}
 		w.slots++
 	}
-	try := w.try()
-	if try == typeStream && w.lastStream == nil && !w.sampleCompresses(p) {
-		// A new frame's encoder costs 18 MiB and its default level
-		// about 10 ms a MiB on data that does not compress, one block at
-		// a time; the first blocks of a transfer are cut before any has
-		// shown whether the data compresses. A sample of this one says.
-		try, w.streaming = typeZstd, false
-	}
+	try := w.try(p)
 	// An S2 trial is compressed with zstd too, and the smaller sent,
 	// while the link is not measured yet (the first blocks go before any
 	// has been sent) and, in the warmup or as a probe beside zstd, where
@@ -724,10 +717,10 @@ func header(out []byte, h int, typ byte, plain int) []byte {
 	return out
 }
 
-// try returns the compression to try on the next block (typeRaw for
-// none), with w.mu held: choose's, with Auto's zstd in the stream where
-// that is faster.
-func (w *Writer) try() byte {
+// try returns the compression to try on block p (typeRaw for none),
+// with w.mu held: choose's, with Auto's zstd in the stream where that is
+// faster.
+func (w *Writer) try(p []byte) byte {
 	c := w.choose()
 	// Not the first block, which is all of most small streams: a frame
 	// of its own costs less than an encoder with a StreamWindow of
@@ -735,8 +728,8 @@ func (w *Writer) try() byte {
 	// stream block is sent even then (its encoder has it), so data that
 	// may not compress is tried outside the stream, which sends what
 	// does not pay raw. (The first blocks are cut before the first is
-	// sent: incompressible data may send a few stream blocks, at a few
-	// bytes each over their plaintext.)
+	// sent: a sample of the block keeps incompressible data from
+	// beginning a stream frame.)
 	if c == typeRaw || w.opts.Compress != Auto || w.cut == 0 || w.miss > 0 {
 		return c
 	}
@@ -753,6 +746,14 @@ func (w *Writer) try() byte {
 		w.streaming = w.linkKnown() && w.streams()
 	default:
 		w.streaming = false
+	}
+	if w.streaming && w.lastStream == nil && !w.sampleCompresses(p) {
+		// A new frame's encoder costs 18 MiB and its default level
+		// about 10 ms a MiB on data that does not compress, one block at
+		// a time; the first blocks of a transfer are cut before any has
+		// shown whether the data compresses. A sample of this one says.
+		w.streaming = false
+		return typeZstd
 	}
 	if w.streaming {
 		c = typeStream
@@ -869,17 +870,13 @@ func (w *Writer) streams() bool {
 	// stream's default level, and a sixth larger on text; and the
 	// other way round: a fast link, before the stream is measured, is
 	// not given a block of it on a guess.
-	var ts, ws, tz, wz float64
-	switch {
-	case w.codecT[st].n == 0:
-		tz, wz = w.codecT[z].per(), w.codecW[z].per()
+	ts, ws := w.codecT[st].per(), w.codecW[st].per()
+	tz, wz := w.codecT[z].per(), w.codecW[z].per()
+	if w.codecT[st].n == 0 {
 		ts, ws = tz*2, wz*6/7
-	case w.codecT[z].n == 0:
-		ts, ws = w.codecT[st].per(), w.codecW[st].per()
+	}
+	if w.codecT[z].n == 0 {
 		tz, wz = ts/2, ws*7/6
-	default:
-		ts, ws = w.codecT[st].per(), w.codecW[st].per()
-		tz, wz = w.codecT[z].per(), w.codecW[z].per()
 	}
 	stream := max(ts, link*ws)
 	frames := max(tz/float64(w.opts.Concurrency), link*wz)
