@@ -91,3 +91,7 @@ func clip(s string) string {
 	}
 	return s[:max] + "..."
 }
+
+// errReplaced means a Writer found another file, or no regular file, at
+// a path it had just listed as a regular file.
+var errReplaced = errors.New("replaced while being read")

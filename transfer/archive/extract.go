@@ -177,7 +177,9 @@ func Extract(ctx context.Context, r io.Reader, dest string, opts ExtractOptions)
 		buf:    make([]byte, copyBuffer),
 		dirs:   map[string]*dirMeta{rootName: {}},
 	}
-	if err := x.run(); err != nil {
+	err = x.run()
+	x.closeDir()
+	if err != nil {
 		return x.stats, err
 	}
 	if err := x.checkLinks(); err != nil {
@@ -223,6 +225,14 @@ type extractor struct {
 	// symlink lies on the way to it.
 	dirs  map[string]*dirMeta
 	links []linkRec // symlinks created, in stream order
+
+	// dirf is the staged directory dirName held open: a tar stream lists
+	// a directory's files together, so most files are created one
+	// openat(2) away from it rather than through a walk of their path.
+	// It stays valid however the stream goes on: a directory of the
+	// staged tree is never removed or replaced (see dirs).
+	dirf    *os.File
+	dirName string
 }
 
 // dirMeta is what a directory entry asked for; applied after the stream,
@@ -394,12 +404,12 @@ func (x *extractor) file(hdr *tar.Header, name string, keep bool) error {
 	}
 	// Most names are new: try the exclusive create first, and look at
 	// what is in the way only when something is.
-	f, err := x.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := x.create(name)
 	if errors.Is(err, fs.ErrExist) {
 		if err := x.prepare(name, "file"); err != nil {
 			return err
 		}
-		f, err = x.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		f, err = x.create(name)
 	}
 	if err != nil {
 		return err
@@ -437,6 +447,33 @@ func (x *extractor) file(hdr *tar.Header, name string, keep bool) error {
 		return x.onFile(d)
 	}
 	return nil
+}
+
+// create makes the regular file name (mode 0600, exclusively, never
+// through a symlink) in its parent, which mkParents has made a directory
+// of the staged tree.
+func (x *extractor) create(name string) (*os.File, error) {
+	dir := parentDir(name)
+	if x.dirf == nil || x.dirName != dir {
+		x.closeDir()
+		d, err := x.root.Open(dir)
+		if err != nil {
+			return nil, err
+		}
+		x.dirf, x.dirName = d, dir
+	}
+	base := name
+	if dir != rootName {
+		base = name[len(dir)+1:]
+	}
+	return createAt(x.dirf, base)
+}
+
+func (x *extractor) closeDir() {
+	if x.dirf != nil {
+		x.dirf.Close()
+		x.dirf = nil
+	}
 }
 
 // setOpenFileMeta restores a regular file's owner, mode and mtime through

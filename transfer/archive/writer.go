@@ -216,18 +216,13 @@ func (w *Writer) add(ctx context.Context, p, name string, fi fs.FileInfo) error 
 }
 
 func (w *Writer) addFile(p string, hdr *tar.Header, fi fs.FileInfo) error {
-	f, err := os.Open(p)
+	// The path may have been replaced since it was listed (by a FIFO, a
+	// symlink to a device): write only the file that was listed.
+	f, err := openListed(p, fi)
 	if err != nil {
 		return fmt.Errorf("add %s: %w", p, err)
 	}
 	defer f.Close()
-	// The path may have been replaced since it was listed (by a FIFO, a
-	// symlink to a device): write only the file that was listed.
-	if ofi, err := f.Stat(); err != nil {
-		return fmt.Errorf("add %s: %w", p, err)
-	} else if !os.SameFile(fi, ofi) {
-		return fmt.Errorf("add %s: replaced while being read", p)
-	}
 	hdr.Typeflag = tar.TypeReg
 	hdr.Size = fi.Size()
 	if err := w.tw.WriteHeader(hdr); err != nil {
