@@ -82,9 +82,11 @@ const (
 	// StreamWindow at the agent's 1 MiB blocks, so that data that
 	// compresses again soon still finds its history.
 	streamIdle = 8
-	// sampleSize is how much of a block Auto compresses with S2 to see
-	// whether the data compresses before it begins a stream frame.
-	sampleSize = 64 << 10
+	// sampleSize is how much of a block Auto compresses with S2, in
+	// sampleParts slices, to see whether the data compresses at all
+	// before it tries a codec on the block.
+	sampleSize  = 64 << 10
+	sampleParts = 4
 
 	// skippable zstd frame (RFC 8878 section 3.1.2): magic 0x184D2A50 and
 	// a 4-byte little-endian size, both little-endian, then that many bytes.

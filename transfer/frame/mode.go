@@ -8,13 +8,15 @@ type Mode int
 const (
 	// Auto compresses each block with zstd or S2, whichever the Writer
 	// measures to make the stream go fastest: zstd where the link is
-	// slow, S2 where it is fast (see the package documentation). The
-	// first 4 MiB of blocks are compressed regardless, zstd and S2 in
-	// turn. The encoded block must be at most
-	// 97% of the plaintext, else the block is sent raw. After skipAfter
-	// consecutive blocks that did not pay, only every skipEvery-th block
-	// is tried, so incompressible data (media, archives, random bytes)
-	// costs little CPU; one block that pays resumes trying every block.
+	// slow, S2 where it is fast (see the package documentation). A
+	// block goes raw untried when S2 saves nothing on a 64 KiB sample
+	// of it (four slices spread over it), so incompressible data (media,
+	// archives, random bytes) costs little CPU. The first 4 MiB of
+	// blocks are compressed otherwise, zstd and S2 in turn. The encoded
+	// block must be at most 97% of the plaintext, else the block is sent
+	// raw. After skipAfter consecutive blocks that did not pay, only
+	// every skipEvery-th block is tried; one block that pays resumes
+	// trying every block.
 	Auto Mode = iota
 	// Zstd tries every block and sends the zstd form whenever it is smaller
 	// than the plaintext at all. A block that zstd would grow is sent raw:

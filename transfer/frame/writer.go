@@ -96,6 +96,9 @@ type Writer struct {
 	running bool // a sender goroutine is running; it stops when q is empty
 	err     error
 	miss    int // consecutive blocks that did not pay (Auto)
+	// paid: the last block sent that a codec was tried on paid (Auto),
+	// so the next ones are tried without a sample first.
+	paid bool
 	skipped int // blocks sent raw untried since the last try (Auto)
 	stats   Stats
 	// The link, as Auto measures it: the time the sender spends in the
@@ -504,15 +507,34 @@ func (w *Writer) compress(s *slot, mode Mode, maxRatio, blockSize int) {
 	w.encs <- enc
 }
 
-// sampleCompresses reports whether S2 saves a few percent on the first
-// sampleSize bytes of p: a glance, a few tens of microseconds, before
-// Auto begins a stream frame for p. It runs on the caller's goroutine.
+// sampleCompresses reports whether S2 saves a few percent on any of
+// sampleParts slices of p spread over it (sampleSize in all): a glance,
+// a few tens of microseconds, where compressing a MiB block of data that
+// does not compress costs milliseconds. Spread, so that a block whose
+// start is the end of a media file and whose rest is text is still
+// tried. It runs on the caller's goroutine.
 func (w *Writer) sampleCompresses(p []byte) bool {
-	p = p[:min(len(p), sampleSize)]
-	if n := s2.MaxEncodedLen(len(p)); cap(w.sample) < n {
+	part := sampleSize / sampleParts
+	if len(p) <= sampleSize {
+		part = len(p)
+	}
+	if n := s2.MaxEncodedLen(part); cap(w.sample) < n {
 		w.sample = make([]byte, n)
 	}
-	return pays(Auto, len(s2.Encode(w.sample[:cap(w.sample)], p)), len(p))
+	step := 0
+	if len(p) > part {
+		step = (len(p) - part) / (sampleParts - 1)
+	}
+	for i := range sampleParts {
+		q := p[i*step : i*step+part]
+		if pays(Auto, len(s2.Encode(w.sample[:cap(w.sample)], q)), len(q)) {
+			return true
+		}
+		if step == 0 {
+			break
+		}
+	}
+	return false
 }
 
 // endStream ends the stream's frame and drops its encoder once the
@@ -642,9 +664,9 @@ func (w *Writer) sent(s *slot) {
 			measure(s.codec, trial{s.took, len(s.out) - blockHeaderSize})
 		}
 		if s.typ != typeRaw && (s.typ != typeStream || s.paid) {
-			w.miss = 0
+			w.miss, w.paid = 0, true
 		} else {
-			w.miss++
+			w.miss, w.paid = w.miss+1, false
 		}
 	}
 	switch s.typ {
@@ -722,14 +744,21 @@ func header(out []byte, h int, typ byte, plain int) []byte {
 // faster.
 func (w *Writer) try(p []byte) byte {
 	c := w.choose()
+	if c != typeRaw && w.opts.Compress == Auto && !w.paid && !w.sampleCompresses(p) {
+		// Raw without a trial: a MiB of media or random bytes costs
+		// zstd milliseconds to find it does not compress, as much as the
+		// relay takes to carry it on a LAN. Not a miss: the sample is
+		// cheap enough to take on every block until one pays.
+		return typeRaw
+	}
 	// Not the first block, which is all of most small streams: a frame
 	// of its own costs less than an encoder with a StreamWindow of
 	// history (18 MiB, a few ms). Not after a block that did not pay: a
 	// stream block is sent even then (its encoder has it), so data that
 	// may not compress is tried outside the stream, which sends what
-	// does not pay raw. (The first blocks are cut before the first is
-	// sent: a sample of the block keeps incompressible data from
-	// beginning a stream frame.)
+	// does not pay raw. (The sample above keeps incompressible data
+	// from beginning a stream frame, whose encoder costs 18 MiB and its
+	// default level about 10 ms a MiB on such data.)
 	if c == typeRaw || w.opts.Compress != Auto || w.cut == 0 || w.miss > 0 {
 		return c
 	}
@@ -746,14 +775,6 @@ func (w *Writer) try(p []byte) byte {
 		w.streaming = w.linkKnown() && w.streams()
 	default:
 		w.streaming = false
-	}
-	if w.streaming && w.lastStream == nil && !w.sampleCompresses(p) {
-		// A new frame's encoder costs 18 MiB and its default level
-		// about 10 ms a MiB on data that does not compress, one block at
-		// a time; the first blocks of a transfer are cut before any has
-		// shown whether the data compresses. A sample of this one says.
-		w.streaming = false
-		return typeZstd
 	}
 	if w.streaming {
 		c = typeStream

@@ -1,0 +1,60 @@
+package frame
+
+import (
+	"bytes"
+	"testing"
+	"time"
+)
+
+// TestAutoSampleSkipsTrials: Auto sends a block raw without compressing
+// it when S2 saves nothing on a sample spread over it, and tries every
+// block whose sample compresses anywhere in it, on a LAN and on a WAN
+// (where the stream is in play), and the stream still decodes.
+func TestAutoSampleSkipsTrials(t *testing.T) {
+	const bs = 1 << 20
+	random := randomData(4 * bs)
+	text := textData(4 * bs)
+	// Each block random but for its last eighth, text: only the spread
+	// sample's last slice sees the text.
+	tail := bytes.Clone(random)
+	for b := 0; b < len(tail); b += bs {
+		copy(tail[b+bs*7/8:b+bs], text[b:])
+	}
+	tests := []struct {
+		name      string
+		data      []byte
+		wantTried bool
+		maxRatio  float64 // wire/plain
+	}{
+		{"random", random, false, 1.001},
+		{"text", text, true, 0.3},
+		{"text at each block's end", tail, true, 0.99},
+		{"random then text", append(bytes.Clone(random), text...), true, 0.7},
+	}
+	for _, rtt := range []time.Duration{time.Millisecond, 40 * time.Millisecond} {
+		for _, tt := range tests {
+			t.Run(rtt.String()+"/"+tt.name, func(t *testing.T) {
+				var out bytes.Buffer
+				w := NewWriter(&out, WriterOptions{BlockSize: bs, Concurrency: 2, RTT: func() time.Duration { return rtt }})
+				st := writeAll(t, w, tt.data)
+				tried := 0.0
+				for _, c := range w.codecT {
+					tried += c.n
+				}
+				if (tried > 0) != tt.wantTried {
+					t.Errorf("%.0f plaintext bytes tried with a codec (stats %+v), want tried %v", tried, st, tt.wantTried)
+				}
+				if tt.name == "random" && st.RawBlocks != 4 {
+					t.Errorf("stats %+v: want 4 raw blocks", st)
+				}
+				if ratio := float64(st.Wire) / float64(st.Plaintext); ratio > tt.maxRatio {
+					t.Errorf("stats %+v: wire/plain %.3f, want at most %.3f", st, ratio, tt.maxRatio)
+				}
+				got, _, err := decode(out.Bytes(), ReaderOptions{})
+				if err != nil || !bytes.Equal(got, tt.data) {
+					t.Fatalf("read: err %v, equal %v", err, bytes.Equal(got, tt.data))
+				}
+			})
+		}
+	}
+}
