@@ -87,6 +87,9 @@ const (
 	// before it tries a codec on the block.
 	sampleSize  = 64 << 10
 	sampleParts = 4
+	// autoMaxPct is the most a block Auto compresses may take of its
+	// plaintext, in percent: more, and it is sent raw.
+	autoMaxPct = 97
 
 	// skippable zstd frame (RFC 8878 section 3.1.2): magic 0x184D2A50 and
 	// a 4-byte little-endian size, both little-endian, then that many bytes.

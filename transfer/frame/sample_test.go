@@ -2,6 +2,7 @@ package frame
 
 import (
 	"bytes"
+	"io"
 	"testing"
 	"time"
 )
@@ -56,5 +57,36 @@ func TestAutoSampleSkipsTrials(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSampleWhole: the sample is judged as a whole. A block that is a tar
+// header's zeros and then random bytes saves a few hundred bytes of a
+// MiB, and goes untried; text in one slice of four is enough.
+func TestSampleWhole(t *testing.T) {
+	const bs = 1 << 20
+	headed := randomData(bs)
+	clear(headed[:1536])
+	quarter := randomData(bs)
+	copy(quarter[bs-sampleSize/sampleParts:], textData(bs))
+	tests := []struct {
+		name string
+		p    []byte
+		want bool
+	}{
+		{"random", randomData(bs), false},
+		{"tar header then random", headed, false},
+		{"text in the last slice", quarter, true},
+		{"text", textData(bs), true},
+		{"small text", textData(4 << 10), true},
+		{"small random", randomData(4 << 10), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := NewWriter(io.Discard, WriterOptions{})
+			if got := w.sampleCompresses(tt.p); got != tt.want {
+				t.Errorf("sampleCompresses = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
