@@ -84,9 +84,9 @@ second) has moved, either way, for --idle-timeout fails.`,
 				return err
 			}
 			defer closeFn()
-			var total int64
+			var total func() int64
 			if dRemote {
-				total = localSize(srcs)
+				total = func() int64 { return localSize(srcs) }
 			}
 			prog := newProgress(s.err, g.quiet || g.json, total)
 			x = prog.wrap(x)

@@ -21,7 +21,7 @@ import (
 // wraps the Execer rather than knowing about transfers.
 type progress struct {
 	w     io.Writer
-	total int64
+	total atomic.Int64 // 0 while unknown
 	n     atomic.Int64
 	start time.Time
 	stop  chan struct{}
@@ -29,19 +29,26 @@ type progress struct {
 }
 
 // newProgress returns nil unless w is a terminal: progress is for people.
-func newProgress(w io.Writer, quiet bool, total int64) *progress {
+// total, when not nil, is the bytes to expect, for the ETA: it is called
+// only when there is a line to draw, and beside the transfer, since on a
+// tree of many files it takes a walk of the tree, which the transfer
+// must not wait for.
+func newProgress(w io.Writer, quiet bool, total func() int64) *progress {
 	f, ok := w.(*os.File)
 	if quiet || !ok || !term.IsTerminal(int(f.Fd())) {
 		return nil
 	}
-	p := &progress{w: w, total: total, start: time.Now(), stop: make(chan struct{})}
+	p := &progress{w: w, start: time.Now(), stop: make(chan struct{})}
 	p.done.Add(1)
-	go p.loop()
+	go p.loop(total)
 	return p
 }
 
-func (p *progress) loop() {
+func (p *progress) loop(total func() int64) {
 	defer p.done.Done()
+	if total != nil {
+		p.total.Store(total())
+	}
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -61,9 +68,9 @@ func (p *progress) draw() {
 	secs := time.Since(p.start).Seconds()
 	rate := float64(n) / max(secs, 1e-3)
 	line := fmt.Sprintf("\r%10s  %10s/s", humanBytes(n), humanBytes(int64(rate)))
-	if p.total > 0 && rate > 0 {
-		left := time.Duration(float64(max(p.total-n, 0)) / rate * float64(time.Second)).Round(time.Second)
-		line += fmt.Sprintf("  %3.0f%%  ETA %s", 100*float64(min(n, p.total))/float64(p.total), left)
+	if total := p.total.Load(); total > 0 && rate > 0 {
+		left := time.Duration(float64(max(total-n, 0)) / rate * float64(time.Second)).Round(time.Second)
+		line += fmt.Sprintf("  %3.0f%%  ETA %s", 100*float64(min(n, total))/float64(total), left)
 	}
 	fmt.Fprintf(p.w, "%s\033[K", line)
 }
