@@ -452,7 +452,7 @@ func (x *extractor) file(hdr *tar.Header, name string, keep bool) error {
 // create makes the regular file name (mode 0600, exclusively, never
 // through a symlink) in its parent, which mkParents has made a directory
 // of the staged tree.
-func (x *extractor) create(name string) (*os.File, error) {
+func (x *extractor) create(name string) (stagedFile, error) {
 	dir := parentDir(name)
 	if x.dirf == nil || x.dirName != dir {
 		x.closeDir()
@@ -476,10 +476,21 @@ func (x *extractor) closeDir() {
 	}
 }
 
+// stagedFile is a regular file the extractor creates and writes, whose
+// owner, mode and mtime it then sets through the descriptor.
+type stagedFile interface {
+	io.WriteCloser
+	Chown(uid, gid int) error
+	Chmod(fs.FileMode) error
+	// SetMtime sets the mtime and leaves the atime; errors.ErrUnsupported
+	// where only a path can.
+	SetMtime(time.Time) error
+}
+
 // setOpenFileMeta restores a regular file's owner, mode and mtime through
 // its descriptor. byPath reports that this platform cannot, and setMeta
 // must do it by name.
-func (x *extractor) setOpenFileMeta(f *os.File, hdr *tar.Header) (byPath bool, err error) {
+func (x *extractor) setOpenFileMeta(f stagedFile, hdr *tar.Header) (byPath bool, err error) {
 	if x.chown {
 		// Chown first: it may clear mode bits.
 		if err := f.Chown(hdr.Uid, hdr.Gid); err != nil {
@@ -489,7 +500,7 @@ func (x *extractor) setOpenFileMeta(f *os.File, hdr *tar.Header) (byPath bool, e
 	if err := f.Chmod(fileMode(hdr.Mode)); err != nil {
 		return false, err
 	}
-	if err := setFileTimes(f, hdr.ModTime); errors.Is(err, errors.ErrUnsupported) {
+	if err := f.SetMtime(hdr.ModTime); errors.Is(err, errors.ErrUnsupported) {
 		return true, nil
 	} else if err != nil {
 		return false, err

@@ -4,9 +4,8 @@ package archive
 
 import (
 	"errors"
-	"os"
 	"time"
 )
 
-// setFileTimes is not available here; the caller sets times by path.
-func setFileTimes(*os.File, time.Time) error { return errors.ErrUnsupported }
+// futimens is not available here; the caller sets times by path.
+func futimens(int, time.Time) error { return errors.ErrUnsupported }

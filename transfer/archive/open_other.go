@@ -3,11 +3,14 @@
 package archive
 
 import (
+	"errors"
+	"io"
 	"io/fs"
 	"os"
+	"time"
 )
 
-func openListed(p string, fi fs.FileInfo) (*os.File, error) {
+func openListed(p string, fi fs.FileInfo) (io.ReadCloser, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return nil, err
@@ -22,11 +25,20 @@ func openListed(p string, fi fs.FileInfo) (*os.File, error) {
 	return f, nil
 }
 
-func createAt(dir *os.File, base string) (*os.File, error) {
+func createAt(dir *os.File, base string) (stagedFile, error) {
 	r, err := os.OpenRoot(dir.Name())
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	return r.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := r.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
 }
+
+// osFile is a stagedFile whose mtime is set by path.
+type osFile struct{ *os.File }
+
+func (osFile) SetMtime(time.Time) error { return errors.ErrUnsupported }
