@@ -174,7 +174,6 @@ func Extract(ctx context.Context, r io.Reader, dest string, opts ExtractOptions)
 		chown:  opts.Chown && os.Geteuid() == 0,
 		sr:     sr,
 		tr:     tar.NewReader(sr),
-		buf:    make([]byte, copyBuffer),
 		dirs:   map[string]*dirMeta{rootName: {}},
 	}
 	err = x.run()
@@ -289,7 +288,7 @@ func (x *extractor) entry(hdr *tar.Header) error {
 		if err := x.account(hdr.Size); err != nil {
 			return err
 		}
-		return x.drain()
+		return x.drain(hdr.Size)
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo, tar.TypeGNUSparse:
 		return fmt.Errorf("%w: %s", ErrUnsupported, typeName(hdr.Typeflag))
 	case tar.TypeReg, tar.TypeCont, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
@@ -397,7 +396,7 @@ func (x *extractor) file(hdr *tar.Header, name string, keep bool) error {
 		return fmt.Errorf("%w: a file as the archive's root", ErrUnsafePath)
 	}
 	if !keep {
-		return x.drain()
+		return x.drain(hdr.Size)
 	}
 	if err := x.mkParents(name); err != nil {
 		return err
@@ -422,7 +421,7 @@ func (x *extractor) file(hdr *tar.Header, name string, keep bool) error {
 		x.hash.Reset()
 		dst = io.MultiWriter(f, x.hash)
 	}
-	n, err := io.CopyBuffer(dst, onlyReader{x.tr}, x.buf)
+	n, err := io.CopyBuffer(dst, onlyReader{x.tr}, x.buffer(hdr.Size))
 	x.stats.Bytes += n
 	if err != nil {
 		f.Close()
@@ -523,8 +522,8 @@ func (x *extractor) account(size int64) error {
 
 // drain reads the rest of the entry's data, so that the next header is
 // read with nothing before it but padding.
-func (x *extractor) drain() error {
-	_, err := io.CopyBuffer(io.Discard, onlyReader{x.tr}, x.buf)
+func (x *extractor) drain(size int64) error {
+	_, err := io.CopyBuffer(io.Discard, onlyReader{x.tr}, x.buffer(size))
 	return x.dataErr(err)
 }
 
@@ -763,6 +762,22 @@ func (x *extractor) applyDirMeta(skip func(name string) bool) error {
 	}
 	return nil
 }
+
+// buffer is the copy buffer for an entry of size bytes: grown as
+// entries need it, up to copyBuffer, so that a stream of a few small
+// files does not pay for a MiB (zeroed, faulted in) it never fills.
+func (x *extractor) buffer(size int64) []byte {
+	if int64(len(x.buf)) < min(size, copyBuffer) {
+		x.buf = make([]byte, min(max(size, 2*int64(len(x.buf)), minCopyBuffer), copyBuffer))
+	}
+	if x.buf == nil {
+		x.buf = make([]byte, minCopyBuffer)
+	}
+	return x.buf
+}
+
+// minCopyBuffer is the first size of the extractor's copy buffer.
+const minCopyBuffer = 32 << 10
 
 // copyBuffer is the extractor's buffer for file contents. It holds a
 // whole frame block of agent mode (1 MiB), so that most blocks decode

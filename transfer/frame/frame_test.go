@@ -442,39 +442,49 @@ func TestWriteDoesNotRetain(t *testing.T) {
 
 // TestBufferWrites: data read into Buffer's slice and written from it
 // (in place, no copy), mixed with ordinary writes, frames the same
-// plaintext as ordinary writes alone.
+// plaintext as ordinary writes alone, in whole blocks, also while the
+// buffer a block gathers in grows towards a block size above minBuffer.
 func TestBufferWrites(t *testing.T) {
-	const bs = 4 << 10
+	for _, bs := range []int{4 << 10, 1 << 20} {
+		for _, mode := range []Mode{Auto, S2, None} {
+			t.Run(fmt.Sprintf("%d/%v", bs, mode), func(t *testing.T) { testBufferWrites(t, bs, mode) })
+		}
+	}
+}
+
+func testBufferWrites(t *testing.T, bs int, mode Mode) {
 	data := textData(13*bs + 321)
-	for _, mode := range []Mode{Auto, S2, None} {
-		var buf bytes.Buffer
-		w := NewWriter(&buf, WriterOptions{Compress: mode, BlockSize: bs})
-		rng := rand.New(rand.NewPCG(1, 2))
-		for off := 0; off < len(data); {
-			n := min(1+rng.IntN(2*bs), len(data)-off)
-			if rng.IntN(3) == 0 {
-				if _, err := w.Write(data[off : off+n]); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				lent := w.Buffer()
-				if len(lent) == 0 {
-					t.Fatal("Buffer returned an empty slice")
-				}
-				n = min(n, len(lent))
-				copy(lent, data[off:off+n])
-				if _, err := w.Write(lent[:n]); err != nil {
-					t.Fatal(err)
-				}
+	var buf bytes.Buffer
+	w := NewWriter(&buf, WriterOptions{Compress: mode, BlockSize: bs})
+	rng := rand.New(rand.NewPCG(1, 2))
+	for off := 0; off < len(data); {
+		n := min(1+rng.IntN(bs/4+bs/(1+rng.IntN(4))), len(data)-off)
+		if rng.IntN(3) == 0 {
+			if _, err := w.Write(data[off : off+n]); err != nil {
+				t.Fatal(err)
 			}
-			off += n
+		} else {
+			lent := w.Buffer()
+			if len(lent) == 0 {
+				t.Fatal("Buffer returned an empty slice")
+			}
+			n = min(n, len(lent))
+			copy(lent, data[off:off+n])
+			if _, err := w.Write(lent[:n]); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := decode(buf.Bytes(), ReaderOptions{})
-		if err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("%v: err %v, equal %v", mode, err, bytes.Equal(got, data))
-		}
+		off += n
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := decode(buf.Bytes(), ReaderOptions{})
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("%v: err %v, equal %v", mode, err, bytes.Equal(got, data))
+	}
+	st := w.Stats()
+	if n := st.RawBlocks + st.ZstdBlocks + st.S2Blocks + st.StreamBlocks; n != 14 {
+		t.Errorf("stats %+v: %d blocks, want 14 (13 whole and the rest)", st, n)
 	}
 }

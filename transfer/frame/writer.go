@@ -98,7 +98,7 @@ type Writer struct {
 	miss    int // consecutive blocks that did not pay (Auto)
 	// paid: the last block sent that a codec was tried on paid (Auto),
 	// so the next ones are tried without a sample first.
-	paid bool
+	paid    bool
 	skipped int // blocks sent raw untried since the last try (Auto)
 	stats   Stats
 	// The link, as Auto measures it: the time the sender spends in the
@@ -228,13 +228,10 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if w.closed {
 		return 0, errClosed
 	}
-	if w.buf == nil {
-		w.buf = make([]byte, 0, w.opts.BlockSize)
-	}
 	if len(p) > 0 && len(p) <= cap(w.buf)-len(w.buf) && &p[0] == &w.buf[:cap(w.buf)][len(w.buf)] {
 		// Data read into Buffer's slice: it is in place already.
 		w.buf = w.buf[:len(w.buf)+len(p)]
-		if len(w.buf) == cap(w.buf) {
+		if len(w.buf) == w.opts.BlockSize {
 			if err := w.block(w.buf, true); err != nil {
 				return 0, err
 			}
@@ -252,11 +249,12 @@ func (w *Writer) Write(p []byte) (int, error) {
 			p = p[w.opts.BlockSize:]
 			continue
 		}
+		w.room()
 		k := copy(w.buf[len(w.buf):cap(w.buf)], p)
 		w.buf = w.buf[:len(w.buf)+k]
 		n += k
 		p = p[k:]
-		if len(w.buf) == cap(w.buf) {
+		if len(w.buf) == w.opts.BlockSize {
 			if err := w.block(w.buf, true); err != nil {
 				return n, err
 			}
@@ -265,16 +263,28 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// Buffer returns the unused part of the block being filled, never empty,
-// for a caller that reads data straight into it: a Write of that slice,
+// Buffer returns the unused part of the block being filled, never empty
+// (though, early in a stream, short of the block's end: see room), for a
+// caller that reads data straight into it: a Write of that slice,
 // or of a prefix of it, takes the bytes where they are instead of
 // copying them. The slice is the Writer's again at the next Write or
 // Close; anything written in it but not passed to Write is overwritten.
 func (w *Writer) Buffer() []byte {
-	if w.buf == nil {
-		w.buf = make([]byte, 0, w.opts.BlockSize)
-	}
+	w.room()
 	return w.buf[len(w.buf):cap(w.buf)]
+}
+
+// room makes sure the block being filled has room for more plaintext,
+// growing its buffer, which is never full below BlockSize, towards
+// BlockSize: a stream of a few KiB, all of many a command's, does not
+// pay for a whole block's buffer (a MiB, zeroed and faulted in).
+func (w *Writer) room() {
+	if len(w.buf) < cap(w.buf) {
+		return
+	}
+	b := make([]byte, len(w.buf), min(max(2*cap(w.buf), minBuffer), w.opts.BlockSize))
+	copy(b, w.buf)
+	w.buf = b
 }
 
 // Close frames any pending plaintext, waits for every block to be
@@ -435,10 +445,9 @@ func (w *Writer) block(p []byte, own bool) error {
 	}
 	if try != typeRaw {
 		if own {
+			// A slot's old buffer is nil or one a block grew
+			// (room).
 			s.plain, w.buf = p, s.plain[:0]
-			if cap(w.buf) < w.opts.BlockSize {
-				w.buf = make([]byte, 0, w.opts.BlockSize)
-			}
 		} else {
 			s.plain = append(s.plain[:0], p...)
 		}
