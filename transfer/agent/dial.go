@@ -52,10 +52,17 @@ type Dialled struct {
 // user could have made the directory first. $1 and $2 are the cache keys of the amd64 and arm64
 // builds ("-" when the host has none); $3 is "serve", or "probe" to
 // describe the sandbox even when an agent is cached.
-const serveScript = `m=$(uname -m); s=$(uname -s); h=-; ` +
-	`case "$s/$m" in Linux/x86_64|Linux/amd64) h=$1;; Linux/aarch64|Linux/arm64|Linux/armv8l) h=$2;; esac; ` +
-	`d="${TMPDIR:-/tmp}/.ferry-$(id -u)"; ` +
-	`if [ "$3" = serve ] && [ "$h" != - ] && [ -O "$d" ] && [ -O "$d/agent-$h" ] && [ -x "$d/agent-$h" ]; then exec "$d/agent-$h" serve; fi; ` +
+//
+// Serving forks nothing: the cache directory is found by a glob, the
+// .ferry-<uid> that the sandbox's user owns, and the build by its key,
+// where only the sandbox's own architecture's was ever installed. The
+// `uname` and `id` that name them for the probe line cost three fork
+// and execs, 10 ms and more of every command's start. Which build
+// answers, the host checks by the digest in its hello.
+const serveScript = `if [ "$3" = serve ]; then for d in "${TMPDIR:-/tmp}"/.ferry-*; do for h in "$1" "$2"; do ` +
+	`if [ "$h" != - ] && [ -O "$d" ] && [ -O "$d/agent-$h" ] && [ -x "$d/agent-$h" ]; then exec "$d/agent-$h" serve; fi; ` +
+	`done; done; fi; ` +
+	`m=$(uname -m); s=$(uname -s); d="${TMPDIR:-/tmp}/.ferry-$(id -u)"; ` +
 	`z=raw; if command -v zstd >/dev/null 2>&1; then z=zstd; elif command -v gzip >/dev/null 2>&1; then z=gzip; fi; ` +
 	`printf '\nFERRY-PROBE %s %s %s %s\n' "$s" "$m" "$z" "$d"`
 
