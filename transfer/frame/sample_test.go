@@ -90,3 +90,35 @@ func TestSampleWhole(t *testing.T) {
 		})
 	}
 }
+
+// TestAutoStreamSampled: on a WAN, a block that follows one that paid is
+// tried without the sample that gates raw, but it still begins no stream
+// frame (18 MiB of encoder, 10 ms a MiB) unless its sample compresses.
+func TestAutoStreamSampled(t *testing.T) {
+	const bs = 1 << 20
+	text, random := textData(bs), randomData(3*bs)
+	var out bytes.Buffer
+	w := NewWriter(&out, WriterOptions{BlockSize: bs, Concurrency: 1, RTT: func() time.Duration { return 40 * time.Millisecond }})
+	if _, err := w.Write(text); err != nil {
+		t.Fatal(err)
+	}
+	// The text block is sent, and has paid, before the random ones are cut.
+	deadline := time.Now().Add(10 * time.Second)
+	for w.Stats().Plaintext == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first block was not sent in 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	st := writeAll(t, w, random)
+	if st.ZstdBlocks == 0 {
+		t.Fatalf("stats %+v: the text block did not go as zstd", st)
+	}
+	if w.streamFrames != 0 || st.StreamBlocks != 0 {
+		t.Errorf("stats %+v, %d stream frames begun: want none for random data", st, w.streamFrames)
+	}
+	got, _, err := decode(out.Bytes(), ReaderOptions{})
+	if want := append(bytes.Clone(text), random...); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read: err %v, equal %v", err, bytes.Equal(got, want))
+	}
+}

@@ -758,21 +758,23 @@ func header(out []byte, h int, typ byte, plain int) []byte {
 // faster.
 func (w *Writer) try(p []byte) byte {
 	c := w.choose()
-	if c != typeRaw && w.opts.Compress == Auto && !w.paid && !w.sampleCompresses(p) {
+	sampled := false
+	if c != typeRaw && w.opts.Compress == Auto && !w.paid {
 		// Raw without a trial: a MiB of media or random bytes costs
 		// zstd milliseconds to find it does not compress, as much as the
 		// relay takes to carry it on a LAN. Not a miss: the sample is
 		// cheap enough to take on every block until one pays.
-		return typeRaw
+		if !w.sampleCompresses(p) {
+			return typeRaw
+		}
+		sampled = true
 	}
 	// Not the first block, which is all of most small streams: a frame
 	// of its own costs less than an encoder with a StreamWindow of
 	// history (18 MiB, a few ms). Not after a block that did not pay: a
 	// stream block is sent even then (its encoder has it), so data that
 	// may not compress is tried outside the stream, which sends what
-	// does not pay raw. (The sample above keeps incompressible data
-	// from beginning a stream frame, whose encoder costs 18 MiB and its
-	// default level about 10 ms a MiB on such data.)
+	// does not pay raw.
 	if c == typeRaw || w.opts.Compress != Auto || w.cut == 0 || w.miss > 0 {
 		return c
 	}
@@ -789,6 +791,13 @@ func (w *Writer) try(p []byte) byte {
 		w.streaming = w.linkKnown() && w.streams()
 	default:
 		w.streaming = false
+	}
+	if w.streaming && w.lastStream == nil && !sampled && !w.sampleCompresses(p) {
+		// A new frame's encoder costs 18 MiB and its default level
+		// about 10 ms a MiB on data that does not compress: the block
+		// after one that paid is sampled before it begins one.
+		w.streaming = false
+		return typeZstd
 	}
 	if w.streaming {
 		c = typeStream
