@@ -71,12 +71,24 @@ func TestStreamLinkCLI(t *testing.T) {
 		t.Fatalf("cp up: exit %d: %s", r.code, r.stderr)
 	}
 	check(filepath.Join(g.Root, "box", "lan"))
-	r = runFerry(t, nil, "-v", "--mode", "agent", "cp", "box:lan", filepath.Join(local, "lan"))
-	if r.code != 0 {
-		t.Fatalf("cp down: exit %d: %s", r.code, r.stderr)
+	// The agent times the round trip by its hello, through the gateway:
+	// on a machine loaded by the rest of the suite (-race, 2 cores) that
+	// is 10 ms (frame.WANRTT) now and then, and the agent rightly streams.
+	// A few tries, of which one must see loopback's round trip.
+	var b map[string]int
+	for try := range 5 {
+		dst := filepath.Join(local, fmt.Sprintf("lan%d", try))
+		r = runFerry(t, nil, "-v", "--mode", "agent", "cp", "box:lan", dst)
+		if r.code != 0 {
+			t.Fatalf("cp down: exit %d: %s", r.code, r.stderr)
+		}
+		check(dst)
+		if b = framed(t, r.stderr, "download"); b["stream"] == 0 {
+			break
+		}
+		t.Logf("download on loopback, try %d, framed %v: the agent's hello took a WAN's round trip", try, b)
 	}
-	check(filepath.Join(local, "lan"))
-	if b := framed(t, r.stderr, "download"); b["stream"] != 0 || b["zstd"]+b["s2"] == 0 {
+	if b["stream"] != 0 || b["zstd"]+b["s2"] == 0 {
 		t.Errorf("download on loopback framed %v: want frames of their own, no stream blocks", b)
 	}
 
