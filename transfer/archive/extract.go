@@ -767,11 +767,8 @@ func (x *extractor) applyDirMeta(skip func(name string) bool) error {
 // entries need it, up to copyBuffer, so that a stream of a few small
 // files does not pay for a MiB (zeroed, faulted in) it never fills.
 func (x *extractor) buffer(size int64) []byte {
-	if int64(len(x.buf)) < min(size, copyBuffer) {
-		x.buf = make([]byte, min(max(size, 2*int64(len(x.buf)), minCopyBuffer), copyBuffer))
-	}
-	if x.buf == nil {
-		x.buf = make([]byte, minCopyBuffer)
+	if want := max(min(size, copyBuffer), minCopyBuffer); int64(len(x.buf)) < want {
+		x.buf = make([]byte, min(max(want, 2*int64(len(x.buf))), copyBuffer))
 	}
 	return x.buf
 }
