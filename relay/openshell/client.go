@@ -101,7 +101,7 @@ func Dial(cfg Config) (*Client, error) {
 		creds = insecure.NewCredentials()
 	}
 	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(creds),
+		grpc.WithTransportCredentials(earlyCreds{creds}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: cfg.KeepAlive, Timeout: cfg.KeepAlive, PermitWithoutStream: true}),
 		grpc.WithConnectParams(connectParams(cfg.ConnectTimeout)),
 		grpc.WithInitialWindowSize(windowSize),

@@ -1,6 +1,9 @@
 package openshell
 
-import openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
+import (
+	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
+	"google.golang.org/grpc/credentials"
+)
 
 // API is c's generated client, for tests that send a request this
 // package never builds.
@@ -16,3 +19,9 @@ var MissingProvider = missingProvider
 
 // IDKey is name's key in c's IDCache.
 func IDKey(c *Client, name string) string { return c.idKey(name) }
+
+// EarlyCreds is c as Dial wraps it: a connection's first call leaves
+// without waiting for the server's SETTINGS.
+func EarlyCreds(c credentials.TransportCredentials) credentials.TransportCredentials {
+	return earlyCreds{c}
+}
