@@ -643,6 +643,11 @@ func timed(b testing.TB, argv, env []string, rss bool) (result, []byte) {
 		b.Fatalf("%q: %v\n%s%s", argv, err, out.Bytes(), errOut.Bytes())
 	}
 	res := result{seconds: elapsed, cpu: (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()}
+	if os.Getenv("FERRY_TRACE_RPC") != "" {
+		// The trace goes to the command's stderr; the bench passes it on
+		// with the command's time (b.Logf would truncate it).
+		fmt.Fprintf(os.Stderr, "%.3fs %q\n%s", elapsed, argv, errOut.Bytes())
+	}
 	if rss {
 		res.maxRSS = probe.read(b, cmd.ProcessState)
 	}
