@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -55,7 +54,9 @@ func (s *server) readChunks(ctx context.Context, req *agentv1.ReadChunksRequest,
 	}
 	defer root.Close()
 
-	var f *os.File
+	op := &fileOpener{root: root}
+	defer op.close()
+	var f *scanFile
 	var open string
 	defer func() {
 		if f != nil {
@@ -81,13 +82,13 @@ func (s *server) readChunks(ctx context.Context, req *agentv1.ReadChunksRequest,
 			if err := wire.CheckRemotePath("read chunks", r.GetPath()); err != nil {
 				return err
 			}
-			if f, err = root.OpenFile(r.GetPath(), oScan, 0); err != nil {
+			if f, err = op.open(r.GetPath()); err != nil {
 				return err
 			}
 			open = r.GetPath()
-			if fi, err := f.Stat(); err != nil {
+			if regular, _, _, err := f.stat(); err != nil {
 				return &fs.PathError{Op: "read chunks", Path: name, Err: err}
-			} else if !fi.Mode().IsRegular() {
+			} else if !regular {
 				return changed(name)
 			}
 		}

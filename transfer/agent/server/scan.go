@@ -13,7 +13,6 @@ import (
 	"slices"
 	"syscall"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -75,11 +74,6 @@ func (in *inline) attach(c *agentv1.ChunkInfo, data []byte, known int64) {
 	}
 	c.Data = bytes.Clone(data)
 }
-
-// oScan opens a file a scan reads: never through a final symlink (one
-// swapped in after the walk saw a file), and never blocking on a FIFO
-// swapped in the same way.
-const oScan = os.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK
 
 // Scan walks req.dir as session.DirSource walks a local directory, so that
 // a save through the agent and one of the same tree on the host give the
@@ -151,6 +145,8 @@ func (s *server) scan(ctx context.Context, req *agentv1.ScanRequest, known *know
 	}
 	defer root.Close()
 
+	op := &fileOpener{root: root}
+	defer op.close()
 	ch := cdc.New(nil, p)
 	resp := &agentv1.ScanResponse{}
 	size := 0
@@ -197,7 +193,7 @@ func (s *server) scan(ctx context.Context, req *agentv1.ScanRequest, known *know
 			}
 			if k != nil && k.GetSize() == fi.Size() && k.GetMtimeUnixNano() == e.MtimeUnixNano {
 				e.Size, e.Unchanged = fi.Size(), true
-			} else if err := chunkFile(ctx, root, ch, e, in, knownSize); err != nil {
+			} else if err := chunkFile(ctx, op, ch, e, in, knownSize); err != nil {
 				return &fs.PathError{Op: "scan", Path: filepath.Join(dir, p), Err: err}
 			}
 		default:
@@ -276,20 +272,20 @@ func (k *knownFiles) find(path string) (*agentv1.KnownFile, error) {
 // chunkFile reads the file e.Path once and fills in e's chunks and size,
 // and its mode and mtime from the open file; in attaches the chunks it
 // takes (known is the size the host knows the file at, -1 for none).
-func chunkFile(ctx context.Context, root *os.Root, ch *cdc.Chunker, e *agentv1.ScanEntry, in *inline, known int64) error {
-	f, err := root.OpenFile(e.Path, oScan, 0)
+func chunkFile(ctx context.Context, op *fileOpener, ch *cdc.Chunker, e *agentv1.ScanEntry, in *inline, known int64) error {
+	f, err := op.open(e.Path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	regular, mode, mtime, err := f.stat()
 	if err != nil {
 		return err
 	}
-	if !fi.Mode().IsRegular() {
+	if !regular {
 		return errors.New("changed type while scanning")
 	}
-	e.Mode, e.MtimeUnixNano = unixMode(fi.Mode()), fi.ModTime().UnixNano()
+	e.Mode, e.MtimeUnixNano = unixMode(mode), mtime.UnixNano()
 	ch.Reset(f)
 	for {
 		data, err := ch.Next()
