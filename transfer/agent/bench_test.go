@@ -93,22 +93,8 @@ var benchWords = []string{"the", "function", "returns", "an", "error", "when", "
 // the small-files rows of `make bench`. Set TMPDIR=/dev/shm to leave the
 // disk out of it.
 func BenchmarkTreeFiles(b *testing.B) {
-	const files, size, dirs = 10000, 2 << 10, 100
 	src := filepath.Join(b.TempDir(), "files")
-	rng := rand.New(rand.NewPCG(3, 4))
-	data := make([]byte, size)
-	for i := range files {
-		d := filepath.Join(src, fmt.Sprintf("d%03d", i%dirs))
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		for j := range data {
-			data[j] = byte(rng.Uint32())
-		}
-		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%05d", i)), data, 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	writeSmallFiles(b, 10000, func(i int) string { return filepath.Join(src, fmt.Sprintf("d%03d", i%100)) })
 	ws := b.TempDir()
 	c := agenttest.InProcess(b, server.Config{Workspace: ws})
 	ctx := context.Background()
@@ -152,22 +138,11 @@ func BenchmarkTreeFiles(b *testing.B) {
 // through an in-process agent: the agent's per-file cost in a first save.
 // Set TMPDIR=/dev/shm to leave the disk out of it.
 func BenchmarkScanFiles(b *testing.B) {
-	const files, size = 10000, 2 << 10
+	const files = 10000
 	ws := b.TempDir()
-	rng := rand.New(rand.NewPCG(3, 4))
-	data := make([]byte, size)
-	for i := range files {
-		d := filepath.Join(ws, "s", fmt.Sprintf("d%02d", i%10), fmt.Sprintf("e%03d", i%100))
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		for j := range data {
-			data[j] = byte(rng.Uint32())
-		}
-		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%05d", i)), data, 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	writeSmallFiles(b, files, func(i int) string {
+		return filepath.Join(ws, "s", fmt.Sprintf("d%02d", i%10), fmt.Sprintf("e%03d", i%100))
+	})
 	c := agenttest.InProcess(b, server.Config{Workspace: ws})
 	ctx := context.Background()
 	for b.Loop() {
@@ -180,6 +155,26 @@ func BenchmarkScanFiles(b *testing.B) {
 		})
 		if err != nil || n != files {
 			b.Fatalf("scan: %v, %d files, want %d", err, n, files)
+		}
+	}
+}
+
+// writeSmallFiles writes n files of 2 KiB of random bytes, the i-th,
+// named f<i>, in the directory dirOf(i).
+func writeSmallFiles(b *testing.B, n int, dirOf func(i int) string) {
+	b.Helper()
+	rng := rand.New(rand.NewPCG(3, 4))
+	data := make([]byte, 2<<10)
+	for i := range n {
+		d := dirOf(i)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		for j := range data {
+			data[j] = byte(rng.Uint32())
+		}
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%05d", i)), data, 0o644); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
