@@ -62,21 +62,12 @@ func (o *fileOpener) close() {
 // scanFile is a file the opener opened.
 type scanFile struct{ *fdfile.File }
 
-// stat is the open file's type, permission bits (with setuid, setgid and
-// sticky, as fs.FileMode has them) and mtime.
-func (f *scanFile) stat() (regular bool, mode fs.FileMode, mtime time.Time, err error) {
+// stat is the open file's type, mode bits as the wire has them (the
+// permissions with setuid, setgid and sticky: archive.ModeBits) and mtime.
+func (f *scanFile) stat() (regular bool, mode uint32, mtime time.Time, err error) {
 	st, err := f.Stat()
 	if err != nil {
 		return false, 0, time.Time{}, err
 	}
-	mode = fs.FileMode(st.Mode & 0o777)
-	for _, b := range []struct {
-		bit uint32
-		m   fs.FileMode
-	}{{unix.S_ISUID, fs.ModeSetuid}, {unix.S_ISGID, fs.ModeSetgid}, {unix.S_ISVTX, fs.ModeSticky}} {
-		if uint32(st.Mode)&b.bit != 0 {
-			mode |= b.m
-		}
-	}
-	return uint32(st.Mode)&unix.S_IFMT == unix.S_IFREG, mode, time.Unix(st.Mtim.Unix()), nil
+	return uint32(st.Mode)&unix.S_IFMT == unix.S_IFREG, uint32(st.Mode) & 0o7777, time.Unix(st.Mtim.Unix()), nil
 }

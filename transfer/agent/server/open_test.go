@@ -76,8 +76,8 @@ func TestFileOpener(t *testing.T) {
 		if err != nil || lerr != nil {
 			t.Fatalf("stat %s: %v, %v", p, err, lerr)
 		}
-		if !regular || unixMode(mode) != unixMode(fi.Mode()) || !mt.Equal(fi.ModTime()) {
-			t.Fatalf("%s: regular %v, mode %o, mtime %v; lstat says %o, %v", p, regular, unixMode(mode), mt, unixMode(fi.Mode()), fi.ModTime())
+		if !regular || mode != unixMode(fi.Mode()) || !mt.Equal(fi.ModTime()) {
+			t.Fatalf("%s: regular %v, mode %o, mtime %v; lstat says %o, %v", p, regular, mode, mt, unixMode(fi.Mode()), fi.ModTime())
 		}
 		if err := f.Close(); err != nil {
 			t.Fatal(err)

@@ -285,7 +285,7 @@ func chunkFile(ctx context.Context, op *fileOpener, ch *cdc.Chunker, e *agentv1.
 	if !regular {
 		return errors.New("changed type while scanning")
 	}
-	e.Mode, e.MtimeUnixNano = unixMode(mode), mtime.UnixNano()
+	e.Mode, e.MtimeUnixNano = mode, mtime.UnixNano()
 	ch.Reset(f)
 	for {
 		data, err := ch.Next()
