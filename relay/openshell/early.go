@@ -24,8 +24,9 @@ import (
 //
 // So the connection hands grpc an empty SETTINGS frame first, which is
 // what the defaults are, and drops the one SETTINGS ACK grpc answers it
-// with: the server never sent those settings, and a server may refuse an
-// ACK for settings it has not sent. The server's own SETTINGS follow on
+// with: the server never sent those settings, and hyper's h2, under the
+// OpenShell gateway, ends a connection with PROTOCOL_ERROR on an ACK of
+// settings it has not sent. The server's own SETTINGS follow on
 // the wire, and grpc applies and acknowledges them as any later SETTINGS.
 // The handshake under it is done before grpc has the connection, so the
 // server is verified before anything is sent.
