@@ -10,14 +10,16 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/ferry-dev/ferry/internal/fdfile"
 )
 
-// TestFile: a File reads, reads at offsets, writes, stats and closes as
-// an *os.File would, its errors naming it; a closed one refuses all.
+// TestFile: a File reads, reads at offsets, writes, sets its mode and
+// mtime, stats and closes as an *os.File would, its errors naming it; a
+// closed one refuses all.
 func TestFile(t *testing.T) {
 	dir := t.TempDir()
 	d, err := os.Open(dir)
@@ -36,6 +38,11 @@ func TestFile(t *testing.T) {
 	if err := w.Chmod(0o604); err != nil {
 		t.Fatal(err)
 	}
+	mtime := time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC)
+	setMtime := w.SetMtime(mtime)
+	if setMtime != nil && !errors.Is(setMtime, errors.ErrUnsupported) {
+		t.Fatalf("SetMtime: %v", setMtime)
+	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -45,8 +52,12 @@ func TestFile(t *testing.T) {
 	if err := w.Close(); !errors.Is(err, os.ErrClosed) {
 		t.Fatalf("second Close: %v, want os.ErrClosed", err)
 	}
-	if fi, err := os.Stat(filepath.Join(dir, "f")); err != nil || fi.Mode().Perm() != 0o604 {
+	fi, err := os.Stat(filepath.Join(dir, "f"))
+	if err != nil || fi.Mode().Perm() != 0o604 {
 		t.Fatalf("after Chmod: %v, %v; want mode 0604", fi.Mode(), err)
+	}
+	if setMtime == nil && !fi.ModTime().Equal(mtime) {
+		t.Fatalf("after SetMtime: mtime %v, want %v", fi.ModTime(), mtime)
 	}
 
 	r, err := fdfile.Open(filepath.Join(dir, "f"), unix.O_RDONLY, 0)

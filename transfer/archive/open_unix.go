@@ -3,12 +3,10 @@
 package archive
 
 import (
-	"errors"
 	"io"
 	"io/fs"
 	"os"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -53,23 +51,8 @@ func createAt(dir *os.File, base string) (stagedFile, error) {
 	return fdFile{f}, nil
 }
 
-// fdFile is the stagedFile of a bare descriptor.
+// fdFile is the stagedFile of a bare descriptor: its Chmod takes an
+// fs.FileMode.
 type fdFile struct{ *fdfile.File }
 
 func (f fdFile) Chmod(mode fs.FileMode) error { return f.File.Chmod(uint32(ModeBits(mode))) }
-
-func (f fdFile) SetMtime(mtime time.Time) error {
-	err := retryEINTR(func() error { return futimens(f.Fd(), mtime) })
-	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
-		return &os.PathError{Op: "futimens", Path: f.Name(), Err: err}
-	}
-	return err
-}
-
-func retryEINTR(fn func() error) error {
-	for {
-		if err := fn(); err != unix.EINTR {
-			return err
-		}
-	}
-}
