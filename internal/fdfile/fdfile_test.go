@@ -93,3 +93,43 @@ func TestFile(t *testing.T) {
 		t.Fatalf("Open of nothing: %v, want fs.ErrNotExist", err)
 	}
 }
+
+// TestHeldDir: the directory held is opened once for a run of its
+// files, opened anew for another, and never outside the root.
+func TestHeldDir(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"a", "b"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("..", filepath.Join(dir, "a", "up")); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	h := &fdfile.HeldDir{Root: root}
+	defer h.Close()
+	a1, err := h.Open("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a2, err := h.Open("a"); err != nil || a2 != a1 {
+		t.Fatalf("second Open(a) = %p, %v; want the held %p", a2, err, a1)
+	}
+	b, err := h.Open("b")
+	if err != nil || b == a1 || filepath.Base(b.Name()) != "b" {
+		t.Fatalf("Open(b) = %v, %v; want b opened anew", b, err)
+	}
+	if _, err := a1.Stat(); err == nil {
+		t.Fatal("the directory held before b is still open")
+	}
+	for _, name := range []string{"..", "a/up/..", "/"} {
+		if _, err := h.Open(name); err == nil {
+			t.Errorf("Open(%q) opened a directory outside the root", name)
+		}
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ferry-dev/ferry/internal/fdfile"
 )
 
 // Placement says where Extract puts the tree it staged.
@@ -175,9 +177,10 @@ func Extract(ctx context.Context, r io.Reader, dest string, opts ExtractOptions)
 		sr:     sr,
 		tr:     tar.NewReader(sr),
 		dirs:   map[string]*dirMeta{rootName: {}},
+		held:   fdfile.HeldDir{Root: st.root},
 	}
 	err = x.run()
-	x.closeDir()
+	x.held.Close()
 	if err != nil {
 		return x.stats, err
 	}
@@ -225,13 +228,12 @@ type extractor struct {
 	dirs  map[string]*dirMeta
 	links []linkRec // symlinks created, in stream order
 
-	// dirf is the staged directory dirName held open: a tar stream lists
-	// a directory's files together, so most files are created one
-	// openat(2) away from it rather than through a walk of their path.
-	// It stays valid however the stream goes on: a directory of the
-	// staged tree is never removed or replaced (see dirs).
-	dirf    *os.File
-	dirName string
+	// held is the staged directory the last file was created in: a tar
+	// stream lists a directory's files together, so most files are
+	// created one openat(2) away from it. It stays valid however the
+	// stream goes on: a directory of the staged tree is never removed or
+	// replaced (see dirs).
+	held fdfile.HeldDir
 }
 
 // dirMeta is what a directory entry asked for; applied after the stream,
@@ -453,26 +455,15 @@ func (x *extractor) file(hdr *tar.Header, name string, keep bool) error {
 // of the staged tree.
 func (x *extractor) create(name string) (stagedFile, error) {
 	dir := parentDir(name)
-	if x.dirf == nil || x.dirName != dir {
-		x.closeDir()
-		d, err := x.root.Open(dir)
-		if err != nil {
-			return nil, err
-		}
-		x.dirf, x.dirName = d, dir
+	d, err := x.held.Open(dir)
+	if err != nil {
+		return nil, err
 	}
 	base := name
 	if dir != rootName {
 		base = name[len(dir)+1:]
 	}
-	return createAt(x.dirf, base)
-}
-
-func (x *extractor) closeDir() {
-	if x.dirf != nil {
-		x.dirf.Close()
-		x.dirf = nil
-	}
+	return createAt(d, base)
 }
 
 // stagedFile is a regular file the extractor creates and writes, whose

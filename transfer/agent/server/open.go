@@ -2,7 +2,6 @@ package server
 
 import (
 	"io/fs"
-	"os"
 	"path"
 	"time"
 
@@ -20,11 +19,7 @@ import (
 // outside it is reached, and the last name is opened as POSIX mode's and
 // the old scan's were: never through a symlink (ELOOP), never blocking on
 // a FIFO swapped in (O_NONBLOCK, which reads of a regular file ignore).
-type fileOpener struct {
-	root *os.Root
-	dir  *os.File
-	name string // dir's path in root
-}
+type fileOpener struct{ dir fdfile.HeldDir }
 
 // open opens p, a path in root as fs.ValidPath has them. The file is
 // named p in its errors.
@@ -34,15 +29,11 @@ func (o *fileOpener) open(p string) (*scanFile, error) {
 	}
 	dir, base := path.Split(p)
 	dir = path.Clean(dir) // "." for none, and no trailing slash
-	if o.dir == nil || o.name != dir {
-		o.close()
-		d, err := o.root.Open(dir)
-		if err != nil {
-			return nil, err
-		}
-		o.dir, o.name = d, dir
+	d, err := o.dir.Open(dir)
+	if err != nil {
+		return nil, err
 	}
-	f, err := fdfile.OpenAt(o.dir, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	f, err := fdfile.OpenAt(d, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
 		if pe, ok := err.(*fs.PathError); ok {
 			pe.Path = p
@@ -52,12 +43,7 @@ func (o *fileOpener) open(p string) (*scanFile, error) {
 	return &scanFile{f}, nil
 }
 
-func (o *fileOpener) close() {
-	if o.dir != nil {
-		o.dir.Close()
-		o.dir = nil
-	}
-}
+func (o *fileOpener) close() { o.dir.Close() }
 
 // scanFile is a file the opener opened.
 type scanFile struct{ *fdfile.File }

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ferry-dev/ferry/internal/fdfile"
 )
 
 // TestFileOpener: the opener reads the files it is asked for, in and out
@@ -54,7 +56,7 @@ func TestFileOpener(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { root.Close() })
-	op := &fileOpener{root: root}
+	op := &fileOpener{dir: fdfile.HeldDir{Root: root}}
 	t.Cleanup(op.close)
 
 	// Back and forth between directories: the held one changes.

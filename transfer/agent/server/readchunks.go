@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ferry-dev/ferry/internal/fdfile"
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
 	"github.com/ferry-dev/ferry/transfer/archive"
@@ -54,7 +55,7 @@ func (s *server) readChunks(ctx context.Context, req *agentv1.ReadChunksRequest,
 	}
 	defer root.Close()
 
-	op := &fileOpener{root: root}
+	op := &fileOpener{dir: fdfile.HeldDir{Root: root}}
 	defer op.close()
 	var f *scanFile
 	var open string

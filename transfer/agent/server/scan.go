@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ferry-dev/ferry/internal/fdfile"
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
 	"github.com/ferry-dev/ferry/transfer/archive"
@@ -145,7 +146,7 @@ func (s *server) scan(ctx context.Context, req *agentv1.ScanRequest, known *know
 	}
 	defer root.Close()
 
-	op := &fileOpener{root: root}
+	op := &fileOpener{dir: fdfile.HeldDir{Root: root}}
 	defer op.close()
 	ch := cdc.New(nil, p)
 	resp := &agentv1.ScanResponse{}
