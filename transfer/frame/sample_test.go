@@ -1,6 +1,7 @@
 package frame
 
 import (
+	"archive/tar"
 	"bytes"
 	"io"
 	"testing"
@@ -60,23 +61,49 @@ func TestAutoSampleSkipsTrials(t *testing.T) {
 	}
 }
 
-// TestSampleWhole: the sample is judged as a whole. A block that is a tar
-// header's zeros and then random bytes saves a few hundred bytes of a
-// MiB, and goes untried; text in one slice of four is enough.
+// headed is n bytes of a tar stream as archive.Writer begins a directory
+// download: a directory and a file in it, each with a PAX header, then
+// the file's random bytes.
+func headed(t *testing.T, n int) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	mtime := time.Unix(1796427090, 977218792)
+	for _, h := range []*tar.Header{
+		{Typeflag: tar.TypeDir, Name: "src/", Mode: 0o755, ModTime: mtime, Format: tar.FormatPAX},
+		{Typeflag: tar.TypeReg, Name: "src/blob", Mode: 0o644, Size: int64(n), ModTime: mtime, Format: tar.FormatPAX},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return append(b.Bytes(), randomData(n)...)[:n]
+}
+
+// TestSampleWhole: what a block's sample saves must be spread over a
+// slice to count. A block that is the tar headers of a directory and a
+// file (4 KiB, mostly zeros, more than 3% of the sample) and then random
+// bytes goes untried, whether a whole MiB or the stream's first 64 KiB;
+// text in one slice of four is enough.
 func TestSampleWhole(t *testing.T) {
 	const bs = 1 << 20
-	headed := randomData(bs)
-	clear(headed[:1536])
+	zeroed := randomData(bs)
+	clear(zeroed[:1536])
 	quarter := randomData(bs)
 	copy(quarter[bs-sampleSize/sampleParts:], textData(bs))
+	first := randomData(bs)
+	copy(first, textData(sampleSize/sampleParts))
 	tests := []struct {
 		name string
 		p    []byte
 		want bool
 	}{
 		{"random", randomData(bs), false},
-		{"tar header then random", headed, false},
+		{"zeros then random", zeroed, false},
+		{"tar headers then random", headed(t, bs), false},
+		{"tar headers then random, 64 KiB", headed(t, 64<<10), false},
 		{"text in the last slice", quarter, true},
+		{"text in the first slice", first, true},
 		{"text", textData(bs), true},
 		{"small text", textData(4 << 10), true},
 		{"small random", randomData(4 << 10), false},

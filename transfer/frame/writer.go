@@ -521,16 +521,20 @@ func (w *Writer) compress(s *slot, mode Mode, maxRatio, blockSize int) {
 // glance, a few tens of microseconds, where compressing a MiB block of
 // data that does not compress costs milliseconds. Spread, so that a
 // block whose start is the end of a media file and whose rest is text
-// is still tried; taken as a whole, so that a tar header ahead of a
-// media file does not have its block tried for its few hundred bytes.
-// It runs on the caller's goroutine.
+// is still tried. A slice counts what the poorer of its halves saves,
+// twice: what compresses across a slice, text, counts in full, while
+// a spot of it does not, such as the tar headers ahead of a media file
+// (a few KiB of zeros for a file and its directories, more than 3% of
+// the sample, a few thousandths of the block). It runs on the caller's
+// goroutine.
 func (w *Writer) sampleCompresses(p []byte) bool {
 	total := min(len(p), sampleSize)
 	part := total / sampleParts
 	if len(p) <= sampleSize {
 		part = len(p)
 	}
-	if n := s2.MaxEncodedLen(part); cap(w.sample) < n {
+	half := part / 2
+	if n := s2.MaxEncodedLen(part - half); cap(w.sample) < n {
 		w.sample = make([]byte, n)
 	}
 	step := 0
@@ -540,7 +544,9 @@ func (w *Writer) sampleCompresses(p []byte) bool {
 	saved := 0
 	for i := range sampleParts {
 		q := p[i*step : i*step+part]
-		saved += len(q) - len(s2.Encode(w.sample[:cap(w.sample)], q))
+		a := half - len(s2.Encode(w.sample[:cap(w.sample)], q[:half]))
+		b := len(q) - half - len(s2.Encode(w.sample[:cap(w.sample)], q[half:]))
+		saved += 2 * min(a, b)
 		if saved*100 >= total*(100-autoMaxPct) {
 			return true
 		}
