@@ -87,9 +87,12 @@ const (
 	// before it tries a codec on the block.
 	sampleSize  = 64 << 10
 	sampleParts = 4
-	// minBuffer is the first size of the buffer a block is gathered in,
-	// which doubles from there up to BlockSize as the block fills.
-	minBuffer = 64 << 10
+	// minBuffer is the size of a stream's first block, and of the first
+	// buffer a Writer gathers plaintext in. Each next block is twice the
+	// last, up to BlockSize: in rampBlocks blocks at most, since
+	// minBuffer doubled that many times is MaxBlockSizeLimit.
+	minBuffer  = 64 << 10
+	rampBlocks = 10
 	// autoMaxPct is the most a block Auto compresses may take of its
 	// plaintext, in percent: more, and it is sent raw.
 	autoMaxPct = 97

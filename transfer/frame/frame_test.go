@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -119,10 +120,88 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// blockCount is how many blocks a stream of n bytes is cut in at block
+// size bs: 64 KiB, then each twice the last up to bs (TestBlockRamp).
+func blockCount(n, bs int) int {
+	blocks := 0
+	for size := min(64<<10, bs); n > 0; size = min(2*size, bs) {
+		n -= size
+		blocks++
+	}
+	return blocks
+}
+
+// TestBlockRamp: a stream begins with a 64 KiB block and doubles the
+// size of each next one up to BlockSize, whether the data comes by Write
+// in pieces, by Write all at once, or read into Buffer; the reader takes
+// every size.
+func TestBlockRamp(t *testing.T) {
+	const k = 1 << 10
+	tests := []struct {
+		bs, n int
+		want  []int
+	}{
+		{1 << 20, 3<<20 + 5, []int{64 * k, 128 * k, 256 * k, 512 * k, 1024 * k, 1024 * k, 1024*k - 960*k + 5}},
+		{256 * k, 600 * k, []int{64 * k, 128 * k, 256 * k, 152 * k}},
+		{96 * k, 300 * k, []int{64 * k, 96 * k, 96 * k, 44 * k}},
+		{16 * k, 40 * k, []int{16 * k, 16 * k, 8 * k}},
+		{1 << 20, 10 * k, []int{10 * k}},
+	}
+	for _, tt := range tests {
+		data := randomData(tt.n)
+		for _, how := range []string{"whole", "pieces", "buffer"} {
+			t.Run(fmt.Sprintf("%d/%d/%s", tt.bs, tt.n, how), func(t *testing.T) {
+				var out bytes.Buffer
+				w := NewWriter(&out, WriterOptions{Compress: None, BlockSize: tt.bs})
+				for off := 0; off < len(data); {
+					var err error
+					n := len(data) - off
+					switch how {
+					case "pieces":
+						n = min(n, 7*k+3)
+						_, err = w.Write(data[off : off+n])
+					case "buffer":
+						lent := w.Buffer()
+						n = min(n, len(lent))
+						copy(lent, data[off:off+n])
+						_, err = w.Write(lent[:n])
+					default:
+						_, err = w.Write(data)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					off += n
+				}
+				if err := w.Close(); err != nil {
+					t.Fatal(err)
+				}
+				var got []int
+				wire := out.Bytes()[headerSize:]
+				for wire[0] == typeRaw {
+					plain := int(binary.BigEndian.Uint32(wire[1:]))
+					got = append(got, plain)
+					wire = wire[blockHeaderSize+plain:]
+				}
+				if !slices.Equal(got, tt.want) {
+					t.Errorf("block sizes %v, want %v", got, tt.want)
+				}
+				if len(got) != blockCount(tt.n, tt.bs) {
+					t.Errorf("blockCount(%d, %d) = %d, want %d", tt.n, tt.bs, blockCount(tt.n, tt.bs), len(got))
+				}
+				back, _, err := decode(out.Bytes(), ReaderOptions{MaxBlockSize: tt.bs})
+				if err != nil || !bytes.Equal(back, data) {
+					t.Fatalf("read: err %v, equal %v", err, bytes.Equal(back, data))
+				}
+			})
+		}
+	}
+}
+
 func TestDefaultBlockSize(t *testing.T) {
 	data := textData(3*DefaultBlockSize + 5)
 	wire, ws := encode(t, data, WriterOptions{}, 1<<20)
-	if ws.ZstdBlocks+ws.S2Blocks+ws.StreamBlocks != 3 || ws.Wire > int64(len(data))/4 {
+	if int(ws.ZstdBlocks+ws.S2Blocks+ws.StreamBlocks) != blockCount(len(data), DefaultBlockSize) || ws.Wire > int64(len(data))/4 {
 		t.Fatalf("stats %+v for %d bytes of text", ws, len(data))
 	}
 	out, _, err := decode(wire, ReaderOptions{})
@@ -484,7 +563,7 @@ func testBufferWrites(t *testing.T, bs int, mode Mode) {
 		t.Fatalf("%v: err %v, equal %v", mode, err, bytes.Equal(got, data))
 	}
 	st := w.Stats()
-	if n := st.RawBlocks + st.ZstdBlocks + st.S2Blocks + st.StreamBlocks; n != 14 {
-		t.Errorf("stats %+v: %d blocks, want 14 (13 whole and the rest)", st, n)
+	if n, want := int(st.RawBlocks+st.ZstdBlocks+st.S2Blocks+st.StreamBlocks), blockCount(len(data), bs); n != want {
+		t.Errorf("stats %+v: %d blocks, want %d", st, n, want)
 	}
 }

@@ -21,8 +21,12 @@ import (
 type WriterOptions struct {
 	// Compress selects the compression mode; the zero value is Auto.
 	Compress Mode
-	// BlockSize is the plaintext size of every block but the last.
-	// Default DefaultBlockSize; at most MaxBlockSizeLimit, and it must not
+	// BlockSize is the plaintext size of every block but the first few
+	// and the last: the first is 64 KiB, and each next one twice the
+	// last, up to BlockSize, so that a stream's first bytes go out
+	// before a whole block has been read, hashed and compressed (and,
+	// in a fresh process, its buffers faulted in). Default
+	// DefaultBlockSize; at most MaxBlockSizeLimit, and it must not
 	// exceed the reader's MaxBlockSize.
 	BlockSize int
 	// MaxRatio is the largest plaintext/encoded ratio a zstd block may
@@ -231,7 +235,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if len(p) > 0 && len(p) <= cap(w.buf)-len(w.buf) && &p[0] == &w.buf[:cap(w.buf)][len(w.buf)] {
 		// Data read into Buffer's slice: it is in place already.
 		w.buf = w.buf[:len(w.buf)+len(p)]
-		if len(w.buf) == w.opts.BlockSize {
+		if len(w.buf) == w.limit() {
 			if err := w.block(w.buf, true); err != nil {
 				return 0, err
 			}
@@ -240,13 +244,14 @@ func (w *Writer) Write(p []byte) (int, error) {
 	}
 	n := 0
 	for len(p) > 0 {
-		if len(w.buf) == 0 && len(p) >= w.opts.BlockSize {
+		limit := w.limit()
+		if len(w.buf) == 0 && len(p) >= limit {
 			// A whole block straight from p, without copying into buf.
-			if err := w.block(p[:w.opts.BlockSize], false); err != nil {
+			if err := w.block(p[:limit], false); err != nil {
 				return n, err
 			}
-			n += w.opts.BlockSize
-			p = p[w.opts.BlockSize:]
+			n += limit
+			p = p[limit:]
 			continue
 		}
 		w.room()
@@ -254,7 +259,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 		w.buf = w.buf[:len(w.buf)+k]
 		n += k
 		p = p[k:]
-		if len(w.buf) == w.opts.BlockSize {
+		if len(w.buf) == limit {
 			if err := w.block(w.buf, true); err != nil {
 				return n, err
 			}
@@ -264,9 +269,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 }
 
 // Buffer returns the unused part of the block being filled, never empty
-// (though, early in a stream, short of the block's end: see room), for a
-// caller that reads data straight into it: a Write of that slice,
-// or of a prefix of it, takes the bytes where they are instead of
+// (though short of the block's end in a buffer a smaller block left: see
+// room), for a caller that reads data straight into it: a Write of that
+// slice, or of a prefix of it, takes the bytes where they are instead of
 // copying them. The slice is the Writer's again at the next Write or
 // Close; anything written in it but not passed to Write is overwritten.
 func (w *Writer) Buffer() []byte {
@@ -274,17 +279,29 @@ func (w *Writer) Buffer() []byte {
 	return w.buf[len(w.buf):cap(w.buf)]
 }
 
-// room makes sure the block being filled has room for more plaintext,
-// growing its buffer, which is never full below BlockSize, towards
-// BlockSize: a stream of a few KiB, all of many a command's, does not
-// pay for a whole block's buffer (a MiB, zeroed and faulted in).
+// room makes sure the block being filled has room for more plaintext:
+// a buffer that is full below the block's limit is replaced by one of
+// the limit's size. The limit grows with the stream (see limit), so a
+// stream of a few KiB, all of many a command's, does not pay for a whole
+// block's buffer (a MiB, zeroed and faulted in).
 func (w *Writer) room() {
 	if len(w.buf) < cap(w.buf) {
 		return
 	}
-	b := make([]byte, len(w.buf), min(max(2*cap(w.buf), minBuffer), w.opts.BlockSize))
+	b := make([]byte, len(w.buf), w.limit())
 	copy(b, w.buf)
 	w.buf = b
+}
+
+// limit is the size of the block being filled: minBuffer for the
+// stream's first, twice the last for each next, up to BlockSize (see
+// WriterOptions.BlockSize). A buffer never holds more, since no block
+// before it was larger.
+func (w *Writer) limit() int {
+	if w.cut >= rampBlocks {
+		return w.opts.BlockSize
+	}
+	return min(minBuffer<<w.cut, w.opts.BlockSize)
 }
 
 // Close frames any pending plaintext, waits for every block to be
@@ -877,9 +894,14 @@ func (w *Writer) choose() byte {
 	return c
 }
 
-// warmup is how many blocks Auto's warmup takes (see warmupBytes).
+// warmup is how many blocks Auto's warmup takes (see warmupBytes), the
+// small blocks a stream begins with (limit) not counted among them.
 func (w *Writer) warmup() int {
-	return min(max(warmupBytes/w.opts.BlockSize, minWarmup), warmupBlocks)
+	ramp := 0
+	for ramp < rampBlocks && minBuffer<<ramp < w.opts.BlockSize {
+		ramp++
+	}
+	return ramp + min(max(warmupBytes/w.opts.BlockSize, minWarmup), warmupBlocks)
 }
 
 // otherCodec is the codec Auto probes while it uses c.

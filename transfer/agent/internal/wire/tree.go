@@ -86,6 +86,13 @@ func (t *TreeWriter) Finish() error {
 	return t.Chunks.Flush()
 }
 
+// sendWhole is the least write ChunkWriter sends in messages of its own
+// rather than gathering it: a frame block, which is what a stream's
+// writes mostly are. Less than the stream's first block (64 KiB raw, see
+// frame.WriterOptions.BlockSize), so that it leaves at once instead of
+// waiting for the next.
+const sendWhole = 32 << 10
+
 // ChunkWriter cuts a byte stream into data messages of at most ChunkSize
 // bytes: large writes as they come, small ones gathered. It reuses one
 // buffer: send must be done with it when it returns, as a gRPC stream's
@@ -105,13 +112,13 @@ func (c *ChunkWriter) Write(p []byte) (int, error) {
 		return 0, c.err
 	}
 	n := len(p)
-	if len(p) >= ChunkSize/2 {
+	if len(p) >= sendWhole {
 		// What is gathered goes first, in a message of its own.
 		if err := c.Flush(); err != nil {
 			return 0, err
 		}
 	}
-	for len(p) >= ChunkSize/2 {
+	for len(p) >= sendWhole {
 		// A frame block (a few hundred KiB) goes out as it is: Send
 		// copies it into the message, and a copy into buf first would
 		// only add one.
