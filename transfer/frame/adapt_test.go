@@ -189,3 +189,36 @@ func TestAutoBuffered(t *testing.T) {
 		t.Fatalf("not told of the buffers: %+v; want the instant Writes taken for a fast link (S2 blocks)", untold)
 	}
 }
+
+// TestAutoLANStartsWithS2: until the link is measured past the channel's
+// buffers, Auto compresses with zstd (and tries S2 with zstd too) where
+// the round trip is a WAN's or not known yet, but with S2 alone where it
+// is a LAN's: zstd's first MiBs cost a fast link's ends more CPU than
+// their bytes take to send.
+func TestAutoLANStartsWithS2(t *testing.T) {
+	data := textData(6 << 20)
+	tests := []struct {
+		name     string
+		rtt      func() time.Duration
+		wantZstd bool
+	}{
+		{"lan", rttOf(time.Millisecond), false},
+		{"wan", rttOf(40 * time.Millisecond), true},
+		{"round trip not measured", rttOf(0), true},
+		{"no round trip", nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The buffers take the whole stream: the link is never measured.
+			w := NewWriter(&countWriter{}, WriterOptions{BlockSize: 1 << 20, Concurrency: 2, Buffered: 64 << 20, RTT: tt.rtt})
+			st := writeAll(t, w, data)
+			zstdUsed := st.ZstdBlocks+st.StreamBlocks > 0 || w.codecT[codecIndex(typeZstd)].n > 0
+			if zstdUsed != tt.wantZstd {
+				t.Errorf("stats %+v, zstd tried on %.0f bytes: want zstd used %v", st, w.codecT[codecIndex(typeZstd)].n, tt.wantZstd)
+			}
+			if tt.name == "lan" && st.S2Blocks == 0 {
+				t.Errorf("stats %+v: want S2 blocks", st)
+			}
+		})
+	}
+}

@@ -92,7 +92,9 @@
 // is sent: on a slow link a trial costs CPU, not wire bytes. A channel
 // that buffers (a relay's flow-control windows, WriterOptions.Buffered)
 // returns its first Writes at once whatever the link: until that much has
-// gone, Auto uses zstd, as on a link it has not measured. zstd is tried again,
+// gone, Auto uses zstd, as on a link it has not measured, unless the round
+// trip (WriterOptions.RTT) is a LAN's: then S2, as on a fast link, until
+// the link shows otherwise. zstd is tried again,
 // in the warmup or as a probe, only while it may pay: while the wire
 // bytes S2 sends would take the link longer than zstd's extra time over
 // S2 (at least S2's own time before zstd is measured). On loopback that
