@@ -179,6 +179,7 @@ func Extract(ctx context.Context, r io.Reader, dest string, opts ExtractOptions)
 		dirs:   map[string]*dirMeta{rootName: {}},
 		held:   fdfile.HeldDir{Root: st.root},
 	}
+	x.umask, x.exactCreate = createMask(st.tree)
 	err = x.run()
 	x.held.Close()
 	if err != nil {
@@ -234,6 +235,13 @@ type extractor struct {
 	// stream goes on: a directory of the staged tree is never removed or
 	// replaced (see dirs).
 	held fdfile.HeldDir
+
+	// exactCreate: a file created with mode m in the staged tree gets m
+	// less umask, no more and no less (see createMask), so a file whose
+	// mode has no umask bit is created with it and not chmodded after: a
+	// syscall fewer a file, a tenth of extracting small files.
+	exactCreate bool
+	umask       uint32
 }
 
 // dirMeta is what a directory entry asked for; applied after the stream,
@@ -403,14 +411,18 @@ func (x *extractor) file(hdr *tar.Header, name string, keep bool) error {
 	if err := x.mkParents(name); err != nil {
 		return err
 	}
+	perm, modeSet := uint32(0o600), false
+	if m := uint32(fileMode(hdr.Mode)); x.exactCreate && m&x.umask == 0 {
+		perm, modeSet = m, true
+	}
 	// Most names are new: try the exclusive create first, and look at
 	// what is in the way only when something is.
-	f, err := x.create(name)
+	f, err := x.create(name, perm)
 	if errors.Is(err, fs.ErrExist) {
 		if err := x.prepare(name, "file"); err != nil {
 			return err
 		}
-		f, err = x.create(name)
+		f, err = x.create(name, perm)
 	}
 	if err != nil {
 		return err
@@ -429,7 +441,7 @@ func (x *extractor) file(hdr *tar.Header, name string, keep bool) error {
 		f.Close()
 		return x.dataErr(err)
 	}
-	byPath, err := x.setOpenFileMeta(f, hdr)
+	byPath, err := x.setOpenFileMeta(f, hdr, modeSet)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -450,10 +462,10 @@ func (x *extractor) file(hdr *tar.Header, name string, keep bool) error {
 	return nil
 }
 
-// create makes the regular file name (mode 0600, exclusively, never
-// through a symlink) in its parent, which mkParents has made a directory
-// of the staged tree.
-func (x *extractor) create(name string) (stagedFile, error) {
+// create makes the regular file name (mode perm less the umask,
+// exclusively, never through a symlink) in its parent, which mkParents
+// has made a directory of the staged tree.
+func (x *extractor) create(name string, perm uint32) (stagedFile, error) {
 	dir := parentDir(name)
 	d, err := x.held.Open(dir)
 	if err != nil {
@@ -463,7 +475,7 @@ func (x *extractor) create(name string) (stagedFile, error) {
 	if dir != rootName {
 		base = name[len(dir)+1:]
 	}
-	return createAt(d, base)
+	return createAt(d, base, perm)
 }
 
 // stagedFile is a regular file the extractor creates and writes, whose
@@ -477,18 +489,21 @@ type stagedFile interface {
 	SetMtime(time.Time) error
 }
 
-// setOpenFileMeta restores a regular file's owner, mode and mtime through
-// its descriptor. byPath reports that this platform cannot, and setMeta
-// must do it by name.
-func (x *extractor) setOpenFileMeta(f stagedFile, hdr *tar.Header) (byPath bool, err error) {
+// setOpenFileMeta restores a regular file's owner, mode (unless modeSet:
+// the file was created with it) and mtime through its descriptor. byPath
+// reports that this platform cannot, and setMeta must do it by name.
+func (x *extractor) setOpenFileMeta(f stagedFile, hdr *tar.Header, modeSet bool) (byPath bool, err error) {
 	if x.chown {
-		// Chown first: it may clear mode bits.
+		// Chown first: it may clear mode bits (setuid and setgid, which
+		// fileMode drops, so a mode set at creation stays).
 		if err := f.Chown(hdr.Uid, hdr.Gid); err != nil {
 			return false, err
 		}
 	}
-	if err := f.Chmod(fileMode(hdr.Mode)); err != nil {
-		return false, err
+	if !modeSet {
+		if err := f.Chmod(fileMode(hdr.Mode)); err != nil {
+			return false, err
+		}
 	}
 	if err := f.SetMtime(hdr.ModTime); errors.Is(err, errors.ErrUnsupported) {
 		return true, nil

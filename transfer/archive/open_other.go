@@ -25,13 +25,13 @@ func openListed(p string, fi fs.FileInfo) (io.ReadCloser, error) {
 	return f, nil
 }
 
-func createAt(dir *os.File, base string) (stagedFile, error) {
+func createAt(dir *os.File, base string, perm uint32) (stagedFile, error) {
 	r, err := os.OpenRoot(dir.Name())
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	f, err := r.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := r.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fs.FileMode(perm))
 	if err != nil {
 		return nil, err
 	}

@@ -42,9 +42,9 @@ func openListed(p string, fi fs.FileInfo) (io.ReadCloser, error) {
 
 // createAt creates the regular file base (one path element) in the open
 // directory dir, exclusively and without following a symlink there, mode
-// 0600, for writing.
-func createAt(dir *os.File, base string) (stagedFile, error) {
-	f, err := fdfile.OpenAt(dir, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_NOCTTY, 0o600)
+// perm less the umask, for writing.
+func createAt(dir *os.File, base string, perm uint32) (stagedFile, error) {
+	f, err := fdfile.OpenAt(dir, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_NOCTTY, perm)
 	if err != nil {
 		return nil, err
 	}

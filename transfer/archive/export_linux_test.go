@@ -1,0 +1,4 @@
+package archive
+
+// CreateMask is createMask, for tests.
+var CreateMask = createMask
