@@ -89,10 +89,10 @@ const (
 	sampleParts = 4
 	// minBuffer is the size of a stream's first block, and of the first
 	// buffer a Writer gathers plaintext in. Each next block is twice the
-	// last, up to BlockSize: in rampBlocks blocks at most, since
+	// last, up to BlockSize: after maxRamp blocks at most, since
 	// minBuffer doubled that many times is MaxBlockSizeLimit.
-	minBuffer  = 64 << 10
-	rampBlocks = 10
+	minBuffer = 64 << 10
+	maxRamp   = 10
 	// autoMaxPct is the most a block Auto compresses may take of its
 	// plaintext, in percent: more, and it is sent raw.
 	autoMaxPct = 97

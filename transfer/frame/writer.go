@@ -87,6 +87,10 @@ type Writer struct {
 	buf    []byte    // pending plaintext, len < BlockSize between calls
 	closed bool
 	cut    int // blocks handed to the pipeline so far
+	// ramp is how many blocks a stream begins with below BlockSize (see
+	// limit), and warmupN how many Auto's warmup takes (see warmup);
+	// both follow from BlockSize alone.
+	ramp, warmupN int
 
 	// encs holds Concurrency encoders (nil until first used): a
 	// compressing goroutine takes one for the block and puts it back.
@@ -216,6 +220,12 @@ func NewWriter(w io.Writer, opts WriterOptions) *Writer {
 		fw.sum = sha256.New()
 	}
 	fw.opts = opts
+	for fw.ramp < maxRamp && minBuffer<<fw.ramp < opts.BlockSize {
+		fw.ramp++
+	}
+	if opts.BlockSize > 0 {
+		fw.warmupN = fw.ramp + min(max(warmupBytes/opts.BlockSize, minWarmup), warmupBlocks)
+	}
 	return fw
 }
 
@@ -298,10 +308,10 @@ func (w *Writer) room() {
 // WriterOptions.BlockSize). A buffer never holds more, since no block
 // before it was larger.
 func (w *Writer) limit() int {
-	if w.cut >= rampBlocks {
+	if w.cut >= w.ramp {
 		return w.opts.BlockSize
 	}
-	return min(minBuffer<<w.cut, w.opts.BlockSize)
+	return minBuffer << w.cut
 }
 
 // Close frames any pending plaintext, waits for every block to be
@@ -916,13 +926,7 @@ func (w *Writer) choose() byte {
 
 // warmup is how many blocks Auto's warmup takes (see warmupBytes), the
 // small blocks a stream begins with (limit) not counted among them.
-func (w *Writer) warmup() int {
-	ramp := 0
-	for ramp < rampBlocks && minBuffer<<ramp < w.opts.BlockSize {
-		ramp++
-	}
-	return ramp + min(max(warmupBytes/w.opts.BlockSize, minWarmup), warmupBlocks)
-}
+func (w *Writer) warmup() int { return w.warmupN }
 
 // otherCodec is the codec Auto probes while it uses c.
 func otherCodec(c byte) byte {
