@@ -46,9 +46,28 @@ func (agentRemote) intoIfDir() {}
 
 func (a agentRemote) Upload(ctx context.Context, spec UploadSpec, fill Fill) (Stats, error) {
 	staging := archive.StagingPrefix + archive.RandomTag()
+	// The agent checks its own trailer, so the host's count is needed
+	// only at the end: the walk runs beside the stream.
+	type counted struct {
+		n   int64
+		err error
+	}
+	count := make(chan counted, 1)
+	countCtx, stopCount := context.WithCancel(ctx)
+	defer stopCount()
+	if spec.Count != nil {
+		go func() {
+			n, err := spec.Count(countCtx)
+			count <- counted{n, err}
+		}()
+	} else {
+		count <- counted{spec.Entries, nil}
+	}
 	res, err := a.c.Put(ctx, agent.PutSpec{Dest: spec.Dest, Place: spec.Place, Compress: a.t.Compress, Staging: staging, IntoIfDir: spec.IntoIfDir}, fill)
 	a.t.LogStale("sandbox", spec.Dest, res.StaleStaging, nil)
 	if err != nil {
+		stopCount()
+		<-count
 		if a.c.Lost() {
 			at := []string{path.Join(archive.StagingParent(spec.Dest, spec.Place), staging)}
 			if spec.IntoIfDir {
@@ -59,10 +78,14 @@ func (a agentRemote) Upload(ctx context.Context, spec UploadSpec, fill Fill) (St
 		}
 		return Stats{}, err
 	}
-	if want := spec.Entries; res.Entries != want {
+	want := <-count
+	if want.err != nil {
+		return Stats{}, want.err
+	}
+	if res.Entries != want.n {
 		// The tree changed while it was archived: what the agent checked
 		// is what was sent, but it is not what was counted.
-		return Stats{}, fmt.Errorf("%w: %d entries counted, %d sent", ErrShort, want, res.Entries)
+		return Stats{}, fmt.Errorf("%w: %d entries counted, %d sent", ErrShort, want.n, res.Entries)
 	}
 	a.logFrames("upload", spec.Dest, res.Frames)
 	st := StatsOf(res)

@@ -161,15 +161,25 @@ func planUpload(name string, sources []source, dst string, kind func(string) (ar
 func putPlan(ctx context.Context, r Remote, pl Placement, label string) (Stats, error) {
 	// The remote side counts what it extracted and must find this many:
 	// a stream that a relay ended early between two entries is caught.
-	var want int64
-	for _, it := range pl.Items {
-		n, err := countEntries(it.Src, it.Name)
-		if err != nil {
-			return Stats{}, fmt.Errorf("upload %s: %w", it.Src, err)
+	// The Remote runs the count, perhaps beside the stream; its error
+	// names the source and is returned as it is.
+	var countErr error
+	count := func(ctx context.Context) (int64, error) {
+		var want int64
+		for _, it := range pl.Items {
+			n, err := countEntries(ctx, it.Src, it.Name)
+			if err != nil {
+				countErr = fmt.Errorf("upload %s: %w", it.Src, err)
+				return 0, countErr
+			}
+			want += n
 		}
-		want += n
+		return want, nil
 	}
-	cs, err := r.Upload(ctx, UploadSpec{Dest: pl.Dest, Place: pl.Place, Entries: want, IntoIfDir: pl.IntoIfDir, SrcIsDir: pl.SrcIsDir}, Items(ctx, pl.Items...))
+	cs, err := r.Upload(ctx, UploadSpec{Dest: pl.Dest, Place: pl.Place, Count: count, IntoIfDir: pl.IntoIfDir, SrcIsDir: pl.SrcIsDir}, Items(ctx, pl.Items...))
+	if countErr != nil && errors.Is(err, countErr) {
+		return Stats{}, countErr
+	}
 	if err != nil {
 		return Stats{}, fmt.Errorf("%s: %w", label, err)
 	}
@@ -179,11 +189,16 @@ func putPlan(ctx context.Context, r Remote, pl Placement, label string) (Stats, 
 // countEntries is how many archive entries Writer.Add(src, name) makes:
 // everything under src, without src itself when its contents go to the
 // archive root (name ".").
-func countEntries(src, name string) (int64, error) {
+func countEntries(ctx context.Context, src, name string) (int64, error) {
 	var n int64
 	err := filepath.WalkDir(src, func(_ string, _ os.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if n%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 		}
 		n++
 		return nil

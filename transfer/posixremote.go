@@ -34,6 +34,14 @@ func (p posixRemote) Stat(ctx context.Context, path string, follow bool) (archiv
 }
 
 func (p posixRemote) Upload(ctx context.Context, spec UploadSpec, fill Fill) (Stats, error) {
+	if spec.Count != nil {
+		// The sandbox's script is given the count before the stream.
+		n, err := spec.Count(ctx)
+		if err != nil {
+			return Stats{}, err
+		}
+		spec.Entries = n
+	}
 	pr, pw := io.Pipe()
 	// The tar writer makes several small writes per entry; unbuffered,
 	// each became one exec-stream message (70,000 for 10,000 small files).

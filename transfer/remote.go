@@ -75,6 +75,11 @@ type UploadSpec struct {
 	// Symlinks of the writer's Stats), which the sandbox must count too:
 	// fewer is ErrShort.
 	Entries int64
+	// Count, when set, finds Entries (a walk of the local tree). A Remote
+	// that checks the count only once the stream is over (agent mode,
+	// against its trailer) runs it beside the stream, so that the walk
+	// is not a pause before the first byte; others run it first.
+	Count func(context.Context) (int64, error)
 	// IntoIfDir, with Place PlaceAs, places into Dest instead when Dest is
 	// a directory, decided in the sandbox: a copy's destination without a
 	// stat first. Agent mode only (Remote.IntoIfDir).
