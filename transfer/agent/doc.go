@@ -24,10 +24,11 @@
 // and never reads past the hello. gRPC (service ferry.agent.v1, proto in
 // proto/ferry/agent/v1) follows on the same streams.
 //
-// The operations: Probe, Stat, Put (a framed tar stream out, extracted by
-// the agent through os.Root into staging and placed only after the
-// trailer's entry count, byte count and every file's digest
-// (archive.FileDigest) match), Get (the mirror, checked the same way here),
+// The operations: Probe, Stat, Put (a framed stream of entries out, in
+// archive.FormatEntries, extracted by the agent through os.Root into
+// staging and placed only after the trailer's entry count, byte count and
+// every file's digest (archive.FileDigest) match), Get (the mirror, a tar
+// checked the same way here),
 // Follow (growing files from offsets), Remove, and for session saves Scan
 // (content-defined chunks and their digests, computed next to the data;
 // the host's known files streamed in walk order beside the walk),

@@ -87,13 +87,13 @@ func (c *Client) Put(ctx context.Context, spec PutSpec, fill func(w *archive.Wri
 		cancel() // Header returns once the call is over
 		<-headed
 	}()
-	hdr := &agentv1.PutHeader{Dest: spec.Dest, Place: place, Limits: wire.LimitsToProto(spec.Limits), Staging: spec.Staging, IntoIfDir: spec.IntoIfDir}
+	hdr := &agentv1.PutHeader{Dest: spec.Dest, Place: place, Limits: wire.LimitsToProto(spec.Limits), Staging: spec.Staging, IntoIfDir: spec.IntoIfDir, Format: agentv1.ArchiveFormat_ARCHIVE_FORMAT_ENTRIES}
 	if err := stream.Send(&agentv1.PutRequest{Msg: &agentv1.PutRequest_Header{Header: hdr}}); err != nil {
 		return Result{}, ended()
 	}
 	t := wire.NewTreeWriter(func(b []byte) error {
 		return stream.Send(&agentv1.PutRequest{Msg: &agentv1.PutRequest_Data{Data: b}})
-	}, spec.Compress, wire.FrameRatio(spec.Limits), func() time.Duration { return time.Duration(rtt.Load()) })
+	}, archive.FormatEntries, spec.Compress, wire.FrameRatio(spec.Limits), func() time.Duration { return time.Duration(rtt.Load()) })
 	err = fill(t.Tar)
 	if err == nil {
 		err = t.Finish()

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -20,6 +21,7 @@ import (
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/transfer/agent"
 	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
+	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
 	"github.com/ferry-dev/ferry/transfer/agent/server"
 	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/frame"
@@ -290,12 +292,18 @@ func trailerMsg(tr *agentv1.Trailer) *agentv1.PutRequest {
 }
 
 // TestPutHostileHost sends the agent streams that an honest host never
-// does: the agent refuses each, with the reason and entry in the status,
-// and places nothing.
+// does, in both archive formats the agent takes: the agent refuses each,
+// with the reason and entry in the status, and places nothing.
 func TestPutHostileHost(t *testing.T) {
 	src := t.TempDir()
 	transfertest.RandomTree(t, src, 5, transfertest.TreeOptions{Entries: 30})
-	good, goodTr := treeTar(t, src)
+	for _, format := range []archive.Format{archive.FormatTar, archive.FormatEntries} {
+		t.Run(format.String(), func(t *testing.T) { putHostileHost(t, src, format) })
+	}
+}
+
+func putHostileHost(t *testing.T, src string, format archive.Format) {
+	good, goodTr := treeArchive(t, src, format)
 	firstFile := goodTr.Files[0].GetName()
 	lastFile := goodTr.Files[len(goodTr.Files)-1].GetName()
 	fr := framed(t, good, frame.WriterOptions{})
@@ -304,8 +312,7 @@ func TestPutHostileHost(t *testing.T) {
 		f(tr)
 		return tr
 	}
-	dotdot, dotdotTr := makeTar(t, tarEntry{name: "ok", data: "ok"}, tarEntry{name: "../x", data: "x"})
-	for _, tc := range []struct {
+	tests := []struct {
 		name   string
 		msgs   []*agentv1.PutRequest
 		code   codes.Code
@@ -329,20 +336,48 @@ func TestPutHostileHost(t *testing.T) {
 		{"frame cut before its trailer", slices.Concat(dataMsgs(fr[:len(fr)-53]), []*agentv1.PutRequest{trailerMsg(goodTr)}),
 			codes.DataLoss, "TRUNCATED", ""},
 		// Cut inside the stream's first frame block (its first 64 KiB
-		// of tar): nothing of the tree arrives.
+		// of archive): nothing of the tree arrives.
 		{"frame cut in a block", slices.Concat(dataMsgs(fr[:min(len(fr)/2, 32<<10)]), []*agentv1.PutRequest{trailerMsg(goodTr)}),
 			codes.DataLoss, "TRUNCATED", "#1"},
 		{"data after the trailer", slices.Concat(dataMsgs(fr), []*agentv1.PutRequest{trailerMsg(goodTr)}, dataMsgs([]byte("more"))),
 			codes.DataLoss, "DIGEST", ""},
-		{"dot-dot entry", slices.Concat(dataMsgs(framed(t, dotdot, frame.WriterOptions{})), []*agentv1.PutRequest{trailerMsg(dotdotTr)}),
-			codes.InvalidArgument, "UNSAFE_PATH", "../x"},
+		// Bytes in the frame stream after the archive's own end, which
+		// its reader does not read: the tree reader refuses them.
+		{"data after the archive", slices.Concat(dataMsgs(framed(t, append(bytes.Clone(good), "more"...), frame.WriterOptions{})), []*agentv1.PutRequest{trailerMsg(goodTr)}),
+			codes.DataLoss, "DIGEST", ""},
 		{"no header", dataMsgs(fr), codes.InvalidArgument, "", ""},
-	} {
+	}
+	if format == archive.FormatTar {
+		// An entry stream's names are archive's tests (TestEntriesHostileFixtures).
+		dotdot, dotdotTr := makeTar(t, tarEntry{name: "ok", data: "ok"}, tarEntry{name: "../x", data: "x"})
+		tests = append(tests, struct {
+			name   string
+			msgs   []*agentv1.PutRequest
+			code   codes.Code
+			reason string
+			entry  string
+		}{"dot-dot entry", slices.Concat(dataMsgs(framed(t, dotdot, frame.WriterOptions{})), []*agentv1.PutRequest{trailerMsg(dotdotTr)}),
+			codes.InvalidArgument, "UNSAFE_PATH", "../x"})
+	} else {
+		// The agent reads what the header says: a tar is no entry stream
+		// (a malformed header, as a tar's is: no reason of its own).
+		tests = append(tests, struct {
+			name   string
+			msgs   []*agentv1.PutRequest
+			code   codes.Code
+			reason string
+			entry  string
+		}{"a tar", slices.Concat(dataMsgs(framed(t, treeTarOnly(t, src), frame.WriterOptions{})), []*agentv1.PutRequest{trailerMsg(goodTr)}),
+			codes.Unknown, "", "#1"})
+	}
+	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c, ws := inProcess(t)
 			msgs := tc.msgs
 			if tc.name != "no header" {
-				msgs = append([]*agentv1.PutRequest{header("out", agentv1.Placement_PLACEMENT_NEW)}, msgs...)
+				h := header("out", agentv1.Placement_PLACEMENT_NEW)
+				h.GetHeader().Format = wire.Formats[format]
+				msgs = append([]*agentv1.PutRequest{h}, msgs...)
 			}
 			err := rawPut(t, c, msgs)
 			code, reason, entry := statusReason(err)
@@ -358,6 +393,25 @@ func TestPutHostileHost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An archive format the agent does not know is refused before any data.
+func TestPutUnknownFormat(t *testing.T) {
+	c, ws := inProcess(t)
+	h := header("out", agentv1.Placement_PLACEMENT_NEW)
+	h.GetHeader().Format = agentv1.ArchiveFormat(7)
+	err := rawPut(t, c, []*agentv1.PutRequest{h})
+	if code, _, _ := statusReason(err); code != codes.InvalidArgument || !strings.Contains(err.Error(), "unknown archive format") {
+		t.Fatalf("err = %v, want InvalidArgument naming the format", err)
+	}
+	if got := listDir(t, ws); got != nil {
+		t.Errorf("workspace holds %q", got)
+	}
+}
+
+func treeTarOnly(t *testing.T, dir string) []byte {
+	b, _ := treeTar(t, dir)
+	return b
 }
 
 // putFake is an agent whose Put records the data messages' sizes and

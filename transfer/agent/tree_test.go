@@ -89,8 +89,14 @@ func makeTar(t *testing.T, entries ...tarEntry) ([]byte, *agentv1.Trailer) {
 // trailer.
 func treeTar(t *testing.T, dir string) ([]byte, *agentv1.Trailer) {
 	t.Helper()
+	return treeArchive(t, dir, archive.FormatTar)
+}
+
+// treeArchive is treeTar in format f.
+func treeArchive(t *testing.T, dir string, f archive.Format) ([]byte, *agentv1.Trailer) {
+	t.Helper()
 	var buf bytes.Buffer
-	w := archive.NewWriter(&buf)
+	w := archive.NewWriterFormat(&buf, f)
 	w.HashFiles()
 	if err := w.Add(context.Background(), dir, "."); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package archive
 
 import (
 	"archive/tar"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,6 +82,9 @@ type ExtractOptions struct {
 	// an error from it leaves dest untouched and is returned as is. A
 	// caller checks a trailer here, such as the sender's own count.
 	Verify func(Stats) error
+	// Format is the stream's format (FormatTar by default), as its
+	// writer's NewWriterFormat had it.
+	Format Format
 	// OnFile, when non-nil, makes Extract hash every regular file it keeps,
 	// in the pass that writes it, and call OnFile with its FileDigest once
 	// the file is complete in the staging tree, in stream order (a later
@@ -175,9 +179,15 @@ func Extract(ctx context.Context, r io.Reader, dest string, opts ExtractOptions)
 		onFile: opts.OnFile,
 		chown:  opts.Chown && os.Geteuid() == 0,
 		sr:     sr,
-		tr:     tar.NewReader(sr),
 		dirs:   map[string]*dirMeta{rootName: {}},
 		held:   fdfile.HeldDir{Root: st.root},
+	}
+	if opts.Format == FormatEntries {
+		x.er = newEntryReader(sr, lim.MaxHeaderSize)
+		x.data = x.er
+	} else {
+		x.tr = tar.NewReader(sr)
+		x.data = x.tr
 	}
 	x.umask, x.exactCreate = createMask(st.tree)
 	err = x.run()
@@ -214,7 +224,9 @@ type extractor struct {
 	onFile func(FileDigest) error
 	hash   *fileHash // for onFile
 	sr     *streamReader
-	tr     *tar.Reader
+	tr     *tar.Reader  // FormatTar
+	er     *entryReader // FormatEntries
+	data   io.Reader    // the current entry's data: tr or er
 	buf    []byte
 	stats  Stats
 
@@ -260,6 +272,21 @@ func (x *extractor) run() error {
 		if err := x.ctx.Err(); err != nil {
 			return &EntryError{Entry: x.last, Op: "extract", Err: err}
 		}
+		if x.er != nil {
+			hdr, err := x.er.Next()
+			switch {
+			case err == io.EOF:
+				return nil
+			case err != nil && x.ctx.Err() != nil && errors.Is(err, x.ctx.Err()):
+				return &EntryError{Entry: x.last, Op: "extract", Err: err}
+			case err != nil:
+				return &EntryError{Entry: cmp.Or(x.er.name, fmt.Sprintf("#%d", x.entries+1)), Op: "read header", Err: err}
+			}
+			if err := x.next(hdr); err != nil {
+				return err
+			}
+			continue
+		}
 		x.sr.beginHeader(x.lim.MaxHeaderSize)
 		hdr, err := x.tr.Next()
 		x.sr.endHeader()
@@ -277,15 +304,23 @@ func (x *extractor) run() error {
 		case err != nil:
 			return x.sr.headerError(err, x.entries+1)
 		}
-		x.entries++
-		x.last = hdr.Name
-		if x.entries > x.lim.MaxEntries {
-			return &EntryError{Entry: hdr.Name, Op: "extract", Err: fmt.Errorf("%w: more than %d entries", ErrLimit, x.lim.MaxEntries)}
-		}
-		if err := x.entry(hdr); err != nil {
-			return &EntryError{Entry: hdr.Name, Op: "extract", Err: err}
+		if err := x.next(hdr); err != nil {
+			return err
 		}
 	}
+}
+
+// next counts and extracts the entry whose header was just read.
+func (x *extractor) next(hdr *tar.Header) error {
+	x.entries++
+	x.last = hdr.Name
+	if x.entries > x.lim.MaxEntries {
+		return &EntryError{Entry: hdr.Name, Op: "extract", Err: fmt.Errorf("%w: more than %d entries", ErrLimit, x.lim.MaxEntries)}
+	}
+	if err := x.entry(hdr); err != nil {
+		return &EntryError{Entry: hdr.Name, Op: "extract", Err: err}
+	}
+	return nil
 }
 
 func (x *extractor) entry(hdr *tar.Header) error {
@@ -435,7 +470,7 @@ func (x *extractor) file(hdr *tar.Header, name string, keep bool) error {
 		x.hash.Reset()
 		dst = io.MultiWriter(f, x.hash)
 	}
-	n, err := io.CopyBuffer(dst, onlyReader{x.tr}, x.buffer(hdr.Size))
+	n, err := io.CopyBuffer(dst, onlyReader{x.data}, x.buffer(hdr.Size))
 	x.stats.Bytes += n
 	if err != nil {
 		f.Close()
@@ -529,7 +564,7 @@ func (x *extractor) account(size int64) error {
 // drain reads the rest of the entry's data, so that the next header is
 // read with nothing before it but padding.
 func (x *extractor) drain(size int64) error {
-	_, err := io.CopyBuffer(io.Discard, onlyReader{x.tr}, x.buffer(size))
+	_, err := io.CopyBuffer(io.Discard, onlyReader{x.data}, x.buffer(size))
 	return x.dataErr(err)
 }
 

@@ -17,8 +17,14 @@ import (
 // archive writes the tree at src as the root of a tar stream.
 func archiveOf(t testing.TB, src string) ([]byte, archive.Stats) {
 	t.Helper()
+	return archiveIn(t, src, archive.FormatTar)
+}
+
+// archiveIn is archiveOf in format f.
+func archiveIn(t testing.TB, src string, f archive.Format) ([]byte, archive.Stats) {
+	t.Helper()
 	var buf bytes.Buffer
-	w := archive.NewWriter(&buf)
+	w := archive.NewWriterFormat(&buf, f)
 	if err := w.Add(context.Background(), src, "."); err != nil {
 		t.Fatalf("Add: %v", err)
 	}
@@ -31,36 +37,38 @@ func archiveOf(t testing.TB, src string) ([]byte, archive.Stats) {
 func TestRoundTripRandomTrees(t *testing.T) {
 	seeds := []int64{1, 2, 3, 4, 5, 6, 7, 8}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
-			t.Parallel()
-			src := t.TempDir()
-			opts := transfertest.TreeOptions{}
-			if seed == 1 {
-				opts.BigFiles, opts.BigFileSize = 2, 12<<20 // several copy buffers, not block-aligned either
-				opts.BigFileSize += 123
-			}
-			want := transfertest.RandomTree(t, src, seed, opts)
-			data, ws := archiveOf(t, src)
-			if ws != (archive.Stats{Files: want.Files, Dirs: want.Dirs, Symlinks: want.Symlinks, Bytes: want.Bytes}) {
-				t.Errorf("Writer.Stats = %+v, tree has %+v", ws, want)
-			}
-			dest := filepath.Join(t.TempDir(), "out")
-			st, err := archive.Extract(context.Background(), bytes.NewReader(data), dest, archive.ExtractOptions{})
-			if err != nil {
-				t.Fatalf("Extract: %v", err)
-			}
-			if st != ws {
-				t.Errorf("Extract stats = %+v, Writer's %+v", st, ws)
-			}
-			transfertest.EqualTrees(t, src, dest)
-			transfertest.CheckSafe(t, dest)
+		for _, f := range []archive.Format{archive.FormatTar, archive.FormatEntries} {
+			t.Run(fmt.Sprintf("seed=%d/%v", seed, f), func(t *testing.T) {
+				t.Parallel()
+				src := t.TempDir()
+				opts := transfertest.TreeOptions{}
+				if seed == 1 {
+					opts.BigFiles, opts.BigFileSize = 2, 12<<20 // several copy buffers, not block-aligned either
+					opts.BigFileSize += 123
+				}
+				want := transfertest.RandomTree(t, src, seed, opts)
+				data, ws := archiveIn(t, src, f)
+				if ws != (archive.Stats{Files: want.Files, Dirs: want.Dirs, Symlinks: want.Symlinks, Bytes: want.Bytes}) {
+					t.Errorf("Writer.Stats = %+v, tree has %+v", ws, want)
+				}
+				dest := filepath.Join(t.TempDir(), "out")
+				st, err := archive.Extract(context.Background(), bytes.NewReader(data), dest, archive.ExtractOptions{Format: f})
+				if err != nil {
+					t.Fatalf("Extract: %v", err)
+				}
+				if st != ws {
+					t.Errorf("Extract stats = %+v, Writer's %+v", st, ws)
+				}
+				transfertest.EqualTrees(t, src, dest)
+				transfertest.CheckSafe(t, dest)
 
-			// Deterministic: the same tree gives the same bytes.
-			again, _ := archiveOf(t, src)
-			if !bytes.Equal(data, again) {
-				t.Error("two archives of the same tree differ")
-			}
-		})
+				// Deterministic: the same tree gives the same bytes.
+				again, _ := archiveIn(t, src, f)
+				if !bytes.Equal(data, again) {
+					t.Error("two archives of the same tree differ")
+				}
+			})
+		}
 	}
 }
 

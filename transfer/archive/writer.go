@@ -27,7 +27,7 @@ import (
 // error every method returns it (the archive is broken by then), except
 // that Add refuses a bad name argument without writing anything.
 type Writer struct {
-	tw     *tar.Writer
+	tw     encoder
 	buf    []byte
 	stats  Stats
 	err    error
@@ -46,12 +46,27 @@ type lender interface {
 	Buffer() []byte
 }
 
+// encoder is what Writer writes entries through: a tar.Writer, or an
+// entryWriter for FormatEntries.
+type encoder interface {
+	WriteHeader(*tar.Header) error
+	Write([]byte) (int, error)
+	Close() error
+}
+
 var errClosed = errors.New("transfer: writer closed")
 
 // NewWriter returns a Writer that writes the archive to w. Close writes the
 // end of the archive; it does not close w.
-func NewWriter(w io.Writer) *Writer {
+func NewWriter(w io.Writer) *Writer { return NewWriterFormat(w, FormatTar) }
+
+// NewWriterFormat is NewWriter for an archive in format f; Extract reads
+// it with ExtractOptions.Format f.
+func NewWriterFormat(w io.Writer, f Format) *Writer {
 	lend, _ := w.(lender)
+	if f == FormatEntries {
+		return &Writer{tw: &entryWriter{w: w}, lend: lend}
+	}
 	return &Writer{tw: tar.NewWriter(w), lend: lend}
 }
 

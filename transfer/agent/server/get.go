@@ -13,6 +13,7 @@ import (
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
+	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/frame"
 )
 
@@ -79,7 +80,7 @@ func (s *server) get(req *agentv1.GetRequest, stream agentv1.Agent_GetServer) er
 	names = kept
 	t := wire.NewTreeWriter(func(b []byte) error {
 		return stream.Send(&agentv1.GetResponse{Msg: &agentv1.GetResponse_Data{Data: b}})
-	}, mode, 0, s.rtt)
+	}, archive.FormatTar, mode, 0, s.rtt)
 	var err error
 	for _, n := range names {
 		if n == "." {

@@ -42,6 +42,10 @@ func (s *server) put(stream agentv1.Agent_PutServer) (_ *agentv1.Stats, into boo
 	if err != nil {
 		return nil, false, err
 	}
+	format, err := wire.FormatFromProto("put "+h.GetDest(), h.GetFormat())
+	if err != nil {
+		return nil, false, err
+	}
 	dest := s.abs(h.GetDest())
 	if h.GetIntoIfDir() {
 		if place != archive.PlaceAs {
@@ -78,6 +82,7 @@ func (s *server) put(stream agentv1.Agent_PutServer) (_ *agentv1.Stats, into boo
 		Verify:  tr.Verify,
 		Staging: h.GetStaging(),
 		OnStale: s.reportStale(stream, "put", h.GetDest()),
+		Format:  format,
 	})
 	if err != nil {
 		return nil, false, err

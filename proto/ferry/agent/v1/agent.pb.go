@@ -193,6 +193,54 @@ func (Compression) EnumDescriptor() ([]byte, []int) {
 	return file_ferry_agent_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
+// ArchiveFormat is how a tree stream encodes its entries; see
+// archive.Format. Both ends are the same build of ferry.
+type ArchiveFormat int32
+
+const (
+	ArchiveFormat_ARCHIVE_FORMAT_TAR     ArchiveFormat = 0
+	ArchiveFormat_ARCHIVE_FORMAT_ENTRIES ArchiveFormat = 1
+)
+
+// Enum value maps for ArchiveFormat.
+var (
+	ArchiveFormat_name = map[int32]string{
+		0: "ARCHIVE_FORMAT_TAR",
+		1: "ARCHIVE_FORMAT_ENTRIES",
+	}
+	ArchiveFormat_value = map[string]int32{
+		"ARCHIVE_FORMAT_TAR":     0,
+		"ARCHIVE_FORMAT_ENTRIES": 1,
+	}
+)
+
+func (x ArchiveFormat) Enum() *ArchiveFormat {
+	p := new(ArchiveFormat)
+	*p = x
+	return p
+}
+
+func (x ArchiveFormat) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ArchiveFormat) Descriptor() protoreflect.EnumDescriptor {
+	return file_ferry_agent_v1_agent_proto_enumTypes[3].Descriptor()
+}
+
+func (ArchiveFormat) Type() protoreflect.EnumType {
+	return &file_ferry_agent_v1_agent_proto_enumTypes[3]
+}
+
+func (x ArchiveFormat) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ArchiveFormat.Descriptor instead.
+func (ArchiveFormat) EnumDescriptor() ([]byte, []int) {
+	return file_ferry_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
 type ProbeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Path whose file system's free space is reported; empty means the
@@ -694,7 +742,8 @@ type PutHeader struct {
 	// instead when dest is a directory (a symlink to one followed): a copy's
 	// "into an existing directory, else as the new name", decided where
 	// dest is, which saves the host its stat of dest first.
-	IntoIfDir     bool `protobuf:"varint,5,opt,name=into_if_dir,json=intoIfDir,proto3" json:"into_if_dir,omitempty"`
+	IntoIfDir     bool          `protobuf:"varint,5,opt,name=into_if_dir,json=intoIfDir,proto3" json:"into_if_dir,omitempty"`
+	Format        ArchiveFormat `protobuf:"varint,6,opt,name=format,proto3,enum=ferry.agent.v1.ArchiveFormat" json:"format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -762,6 +811,13 @@ func (x *PutHeader) GetIntoIfDir() bool {
 		return x.IntoIfDir
 	}
 	return false
+}
+
+func (x *PutHeader) GetFormat() ArchiveFormat {
+	if x != nil {
+		return x.Format
+	}
+	return ArchiveFormat_ARCHIVE_FORMAT_TAR
 }
 
 // Trailer closes a tree's stream: what the sender put into it.
@@ -2431,13 +2487,14 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x19.ferry.agent.v1.PutHeaderH\x00R\x06header\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04data\x123\n" +
 	"\atrailer\x18\x03 \x01(\v2\x17.ferry.agent.v1.TrailerH\x00R\atrailerB\x05\n" +
-	"\x03msg\"\xba\x01\n" +
+	"\x03msg\"\xf1\x01\n" +
 	"\tPutHeader\x12\x12\n" +
 	"\x04dest\x18\x01 \x01(\tR\x04dest\x12/\n" +
 	"\x05place\x18\x02 \x01(\x0e2\x19.ferry.agent.v1.PlacementR\x05place\x12.\n" +
 	"\x06limits\x18\x03 \x01(\v2\x16.ferry.agent.v1.LimitsR\x06limits\x12\x18\n" +
 	"\astaging\x18\x04 \x01(\tR\astaging\x12\x1e\n" +
-	"\vinto_if_dir\x18\x05 \x01(\bR\tintoIfDir\"k\n" +
+	"\vinto_if_dir\x18\x05 \x01(\bR\tintoIfDir\x125\n" +
+	"\x06format\x18\x06 \x01(\x0e2\x1d.ferry.agent.v1.ArchiveFormatR\x06format\"k\n" +
 	"\aTrailer\x12\x18\n" +
 	"\aentries\x18\x01 \x01(\x03R\aentries\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x120\n" +
@@ -2566,7 +2623,10 @@ const file_ferry_agent_v1_agent_proto_rawDesc = "" +
 	"\x10COMPRESSION_AUTO\x10\x00\x12\x14\n" +
 	"\x10COMPRESSION_ZSTD\x10\x01\x12\x14\n" +
 	"\x10COMPRESSION_NONE\x10\x02\x12\x12\n" +
-	"\x0eCOMPRESSION_S2\x10\x032\xdb\x05\n" +
+	"\x0eCOMPRESSION_S2\x10\x03*C\n" +
+	"\rArchiveFormat\x12\x16\n" +
+	"\x12ARCHIVE_FORMAT_TAR\x10\x00\x12\x1a\n" +
+	"\x16ARCHIVE_FORMAT_ENTRIES\x10\x012\xdb\x05\n" +
 	"\x05Agent\x12D\n" +
 	"\x05Probe\x12\x1c.ferry.agent.v1.ProbeRequest\x1a\x1d.ferry.agent.v1.ProbeResponse\x12A\n" +
 	"\x04Stat\x12\x1b.ferry.agent.v1.StatRequest\x1a\x1c.ferry.agent.v1.StatResponse\x12@\n" +
@@ -2593,97 +2653,99 @@ func file_ferry_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_ferry_agent_v1_agent_proto_rawDescData
 }
 
-var file_ferry_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_ferry_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_ferry_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_ferry_agent_v1_agent_proto_goTypes = []any{
 	(Kind)(0),                  // 0: ferry.agent.v1.Kind
 	(Placement)(0),             // 1: ferry.agent.v1.Placement
 	(Compression)(0),           // 2: ferry.agent.v1.Compression
-	(*ProbeRequest)(nil),       // 3: ferry.agent.v1.ProbeRequest
-	(*ProbeResponse)(nil),      // 4: ferry.agent.v1.ProbeResponse
-	(*StatRequest)(nil),        // 5: ferry.agent.v1.StatRequest
-	(*StatResponse)(nil),       // 6: ferry.agent.v1.StatResponse
-	(*Entry)(nil),              // 7: ferry.agent.v1.Entry
-	(*Limits)(nil),             // 8: ferry.agent.v1.Limits
-	(*PutRequest)(nil),         // 9: ferry.agent.v1.PutRequest
-	(*PutHeader)(nil),          // 10: ferry.agent.v1.PutHeader
-	(*Trailer)(nil),            // 11: ferry.agent.v1.Trailer
-	(*FileDigest)(nil),         // 12: ferry.agent.v1.FileDigest
-	(*Stats)(nil),              // 13: ferry.agent.v1.Stats
-	(*PutResponse)(nil),        // 14: ferry.agent.v1.PutResponse
-	(*GetRequest)(nil),         // 15: ferry.agent.v1.GetRequest
-	(*GetResponse)(nil),        // 16: ferry.agent.v1.GetResponse
-	(*FollowRequest)(nil),      // 17: ferry.agent.v1.FollowRequest
-	(*FollowFile)(nil),         // 18: ferry.agent.v1.FollowFile
-	(*FollowResponse)(nil),     // 19: ferry.agent.v1.FollowResponse
-	(*RemoveRequest)(nil),      // 20: ferry.agent.v1.RemoveRequest
-	(*RemoveResponse)(nil),     // 21: ferry.agent.v1.RemoveResponse
-	(*ScanRequest)(nil),        // 22: ferry.agent.v1.ScanRequest
-	(*KnownFile)(nil),          // 23: ferry.agent.v1.KnownFile
-	(*ChunkParams)(nil),        // 24: ferry.agent.v1.ChunkParams
-	(*ScanResponse)(nil),       // 25: ferry.agent.v1.ScanResponse
-	(*ScanEntry)(nil),          // 26: ferry.agent.v1.ScanEntry
-	(*ChunkInfo)(nil),          // 27: ferry.agent.v1.ChunkInfo
-	(*ReadChunksRequest)(nil),  // 28: ferry.agent.v1.ReadChunksRequest
-	(*ChunkRead)(nil),          // 29: ferry.agent.v1.ChunkRead
-	(*ReadChunksResponse)(nil), // 30: ferry.agent.v1.ReadChunksResponse
-	(*RestoreRequest)(nil),     // 31: ferry.agent.v1.RestoreRequest
-	(*RestoreHeader)(nil),      // 32: ferry.agent.v1.RestoreHeader
-	(*RestoreEntries)(nil),     // 33: ferry.agent.v1.RestoreEntries
-	(*RestoreEntry)(nil),       // 34: ferry.agent.v1.RestoreEntry
+	(ArchiveFormat)(0),         // 3: ferry.agent.v1.ArchiveFormat
+	(*ProbeRequest)(nil),       // 4: ferry.agent.v1.ProbeRequest
+	(*ProbeResponse)(nil),      // 5: ferry.agent.v1.ProbeResponse
+	(*StatRequest)(nil),        // 6: ferry.agent.v1.StatRequest
+	(*StatResponse)(nil),       // 7: ferry.agent.v1.StatResponse
+	(*Entry)(nil),              // 8: ferry.agent.v1.Entry
+	(*Limits)(nil),             // 9: ferry.agent.v1.Limits
+	(*PutRequest)(nil),         // 10: ferry.agent.v1.PutRequest
+	(*PutHeader)(nil),          // 11: ferry.agent.v1.PutHeader
+	(*Trailer)(nil),            // 12: ferry.agent.v1.Trailer
+	(*FileDigest)(nil),         // 13: ferry.agent.v1.FileDigest
+	(*Stats)(nil),              // 14: ferry.agent.v1.Stats
+	(*PutResponse)(nil),        // 15: ferry.agent.v1.PutResponse
+	(*GetRequest)(nil),         // 16: ferry.agent.v1.GetRequest
+	(*GetResponse)(nil),        // 17: ferry.agent.v1.GetResponse
+	(*FollowRequest)(nil),      // 18: ferry.agent.v1.FollowRequest
+	(*FollowFile)(nil),         // 19: ferry.agent.v1.FollowFile
+	(*FollowResponse)(nil),     // 20: ferry.agent.v1.FollowResponse
+	(*RemoveRequest)(nil),      // 21: ferry.agent.v1.RemoveRequest
+	(*RemoveResponse)(nil),     // 22: ferry.agent.v1.RemoveResponse
+	(*ScanRequest)(nil),        // 23: ferry.agent.v1.ScanRequest
+	(*KnownFile)(nil),          // 24: ferry.agent.v1.KnownFile
+	(*ChunkParams)(nil),        // 25: ferry.agent.v1.ChunkParams
+	(*ScanResponse)(nil),       // 26: ferry.agent.v1.ScanResponse
+	(*ScanEntry)(nil),          // 27: ferry.agent.v1.ScanEntry
+	(*ChunkInfo)(nil),          // 28: ferry.agent.v1.ChunkInfo
+	(*ReadChunksRequest)(nil),  // 29: ferry.agent.v1.ReadChunksRequest
+	(*ChunkRead)(nil),          // 30: ferry.agent.v1.ChunkRead
+	(*ReadChunksResponse)(nil), // 31: ferry.agent.v1.ReadChunksResponse
+	(*RestoreRequest)(nil),     // 32: ferry.agent.v1.RestoreRequest
+	(*RestoreHeader)(nil),      // 33: ferry.agent.v1.RestoreHeader
+	(*RestoreEntries)(nil),     // 34: ferry.agent.v1.RestoreEntries
+	(*RestoreEntry)(nil),       // 35: ferry.agent.v1.RestoreEntry
 }
 var file_ferry_agent_v1_agent_proto_depIdxs = []int32{
-	7,  // 0: ferry.agent.v1.StatResponse.entries:type_name -> ferry.agent.v1.Entry
+	8,  // 0: ferry.agent.v1.StatResponse.entries:type_name -> ferry.agent.v1.Entry
 	0,  // 1: ferry.agent.v1.Entry.kind:type_name -> ferry.agent.v1.Kind
-	10, // 2: ferry.agent.v1.PutRequest.header:type_name -> ferry.agent.v1.PutHeader
-	11, // 3: ferry.agent.v1.PutRequest.trailer:type_name -> ferry.agent.v1.Trailer
+	11, // 2: ferry.agent.v1.PutRequest.header:type_name -> ferry.agent.v1.PutHeader
+	12, // 3: ferry.agent.v1.PutRequest.trailer:type_name -> ferry.agent.v1.Trailer
 	1,  // 4: ferry.agent.v1.PutHeader.place:type_name -> ferry.agent.v1.Placement
-	8,  // 5: ferry.agent.v1.PutHeader.limits:type_name -> ferry.agent.v1.Limits
-	12, // 6: ferry.agent.v1.Trailer.files:type_name -> ferry.agent.v1.FileDigest
-	13, // 7: ferry.agent.v1.PutResponse.stats:type_name -> ferry.agent.v1.Stats
-	2,  // 8: ferry.agent.v1.GetRequest.compression:type_name -> ferry.agent.v1.Compression
-	11, // 9: ferry.agent.v1.GetResponse.trailer:type_name -> ferry.agent.v1.Trailer
-	18, // 10: ferry.agent.v1.FollowRequest.files:type_name -> ferry.agent.v1.FollowFile
-	23, // 11: ferry.agent.v1.ScanRequest.known:type_name -> ferry.agent.v1.KnownFile
-	24, // 12: ferry.agent.v1.ScanRequest.params:type_name -> ferry.agent.v1.ChunkParams
-	2,  // 13: ferry.agent.v1.ScanRequest.inline_compression:type_name -> ferry.agent.v1.Compression
-	26, // 14: ferry.agent.v1.ScanResponse.entries:type_name -> ferry.agent.v1.ScanEntry
-	0,  // 15: ferry.agent.v1.ScanEntry.kind:type_name -> ferry.agent.v1.Kind
-	27, // 16: ferry.agent.v1.ScanEntry.chunks:type_name -> ferry.agent.v1.ChunkInfo
-	29, // 17: ferry.agent.v1.ReadChunksRequest.reads:type_name -> ferry.agent.v1.ChunkRead
-	2,  // 18: ferry.agent.v1.ReadChunksRequest.compression:type_name -> ferry.agent.v1.Compression
-	32, // 19: ferry.agent.v1.RestoreRequest.header:type_name -> ferry.agent.v1.RestoreHeader
-	33, // 20: ferry.agent.v1.RestoreRequest.entries:type_name -> ferry.agent.v1.RestoreEntries
-	1,  // 21: ferry.agent.v1.RestoreHeader.place:type_name -> ferry.agent.v1.Placement
-	8,  // 22: ferry.agent.v1.RestoreHeader.limits:type_name -> ferry.agent.v1.Limits
-	34, // 23: ferry.agent.v1.RestoreEntries.entries:type_name -> ferry.agent.v1.RestoreEntry
-	0,  // 24: ferry.agent.v1.RestoreEntry.kind:type_name -> ferry.agent.v1.Kind
-	27, // 25: ferry.agent.v1.RestoreEntry.chunks:type_name -> ferry.agent.v1.ChunkInfo
-	3,  // 26: ferry.agent.v1.Agent.Probe:input_type -> ferry.agent.v1.ProbeRequest
-	5,  // 27: ferry.agent.v1.Agent.Stat:input_type -> ferry.agent.v1.StatRequest
-	9,  // 28: ferry.agent.v1.Agent.Put:input_type -> ferry.agent.v1.PutRequest
-	15, // 29: ferry.agent.v1.Agent.Get:input_type -> ferry.agent.v1.GetRequest
-	17, // 30: ferry.agent.v1.Agent.Follow:input_type -> ferry.agent.v1.FollowRequest
-	20, // 31: ferry.agent.v1.Agent.Remove:input_type -> ferry.agent.v1.RemoveRequest
-	22, // 32: ferry.agent.v1.Agent.Scan:input_type -> ferry.agent.v1.ScanRequest
-	22, // 33: ferry.agent.v1.Agent.ScanStream:input_type -> ferry.agent.v1.ScanRequest
-	28, // 34: ferry.agent.v1.Agent.ReadChunks:input_type -> ferry.agent.v1.ReadChunksRequest
-	31, // 35: ferry.agent.v1.Agent.Restore:input_type -> ferry.agent.v1.RestoreRequest
-	4,  // 36: ferry.agent.v1.Agent.Probe:output_type -> ferry.agent.v1.ProbeResponse
-	6,  // 37: ferry.agent.v1.Agent.Stat:output_type -> ferry.agent.v1.StatResponse
-	14, // 38: ferry.agent.v1.Agent.Put:output_type -> ferry.agent.v1.PutResponse
-	16, // 39: ferry.agent.v1.Agent.Get:output_type -> ferry.agent.v1.GetResponse
-	19, // 40: ferry.agent.v1.Agent.Follow:output_type -> ferry.agent.v1.FollowResponse
-	21, // 41: ferry.agent.v1.Agent.Remove:output_type -> ferry.agent.v1.RemoveResponse
-	25, // 42: ferry.agent.v1.Agent.Scan:output_type -> ferry.agent.v1.ScanResponse
-	25, // 43: ferry.agent.v1.Agent.ScanStream:output_type -> ferry.agent.v1.ScanResponse
-	30, // 44: ferry.agent.v1.Agent.ReadChunks:output_type -> ferry.agent.v1.ReadChunksResponse
-	14, // 45: ferry.agent.v1.Agent.Restore:output_type -> ferry.agent.v1.PutResponse
-	36, // [36:46] is the sub-list for method output_type
-	26, // [26:36] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	9,  // 5: ferry.agent.v1.PutHeader.limits:type_name -> ferry.agent.v1.Limits
+	3,  // 6: ferry.agent.v1.PutHeader.format:type_name -> ferry.agent.v1.ArchiveFormat
+	13, // 7: ferry.agent.v1.Trailer.files:type_name -> ferry.agent.v1.FileDigest
+	14, // 8: ferry.agent.v1.PutResponse.stats:type_name -> ferry.agent.v1.Stats
+	2,  // 9: ferry.agent.v1.GetRequest.compression:type_name -> ferry.agent.v1.Compression
+	12, // 10: ferry.agent.v1.GetResponse.trailer:type_name -> ferry.agent.v1.Trailer
+	19, // 11: ferry.agent.v1.FollowRequest.files:type_name -> ferry.agent.v1.FollowFile
+	24, // 12: ferry.agent.v1.ScanRequest.known:type_name -> ferry.agent.v1.KnownFile
+	25, // 13: ferry.agent.v1.ScanRequest.params:type_name -> ferry.agent.v1.ChunkParams
+	2,  // 14: ferry.agent.v1.ScanRequest.inline_compression:type_name -> ferry.agent.v1.Compression
+	27, // 15: ferry.agent.v1.ScanResponse.entries:type_name -> ferry.agent.v1.ScanEntry
+	0,  // 16: ferry.agent.v1.ScanEntry.kind:type_name -> ferry.agent.v1.Kind
+	28, // 17: ferry.agent.v1.ScanEntry.chunks:type_name -> ferry.agent.v1.ChunkInfo
+	30, // 18: ferry.agent.v1.ReadChunksRequest.reads:type_name -> ferry.agent.v1.ChunkRead
+	2,  // 19: ferry.agent.v1.ReadChunksRequest.compression:type_name -> ferry.agent.v1.Compression
+	33, // 20: ferry.agent.v1.RestoreRequest.header:type_name -> ferry.agent.v1.RestoreHeader
+	34, // 21: ferry.agent.v1.RestoreRequest.entries:type_name -> ferry.agent.v1.RestoreEntries
+	1,  // 22: ferry.agent.v1.RestoreHeader.place:type_name -> ferry.agent.v1.Placement
+	9,  // 23: ferry.agent.v1.RestoreHeader.limits:type_name -> ferry.agent.v1.Limits
+	35, // 24: ferry.agent.v1.RestoreEntries.entries:type_name -> ferry.agent.v1.RestoreEntry
+	0,  // 25: ferry.agent.v1.RestoreEntry.kind:type_name -> ferry.agent.v1.Kind
+	28, // 26: ferry.agent.v1.RestoreEntry.chunks:type_name -> ferry.agent.v1.ChunkInfo
+	4,  // 27: ferry.agent.v1.Agent.Probe:input_type -> ferry.agent.v1.ProbeRequest
+	6,  // 28: ferry.agent.v1.Agent.Stat:input_type -> ferry.agent.v1.StatRequest
+	10, // 29: ferry.agent.v1.Agent.Put:input_type -> ferry.agent.v1.PutRequest
+	16, // 30: ferry.agent.v1.Agent.Get:input_type -> ferry.agent.v1.GetRequest
+	18, // 31: ferry.agent.v1.Agent.Follow:input_type -> ferry.agent.v1.FollowRequest
+	21, // 32: ferry.agent.v1.Agent.Remove:input_type -> ferry.agent.v1.RemoveRequest
+	23, // 33: ferry.agent.v1.Agent.Scan:input_type -> ferry.agent.v1.ScanRequest
+	23, // 34: ferry.agent.v1.Agent.ScanStream:input_type -> ferry.agent.v1.ScanRequest
+	29, // 35: ferry.agent.v1.Agent.ReadChunks:input_type -> ferry.agent.v1.ReadChunksRequest
+	32, // 36: ferry.agent.v1.Agent.Restore:input_type -> ferry.agent.v1.RestoreRequest
+	5,  // 37: ferry.agent.v1.Agent.Probe:output_type -> ferry.agent.v1.ProbeResponse
+	7,  // 38: ferry.agent.v1.Agent.Stat:output_type -> ferry.agent.v1.StatResponse
+	15, // 39: ferry.agent.v1.Agent.Put:output_type -> ferry.agent.v1.PutResponse
+	17, // 40: ferry.agent.v1.Agent.Get:output_type -> ferry.agent.v1.GetResponse
+	20, // 41: ferry.agent.v1.Agent.Follow:output_type -> ferry.agent.v1.FollowResponse
+	22, // 42: ferry.agent.v1.Agent.Remove:output_type -> ferry.agent.v1.RemoveResponse
+	26, // 43: ferry.agent.v1.Agent.Scan:output_type -> ferry.agent.v1.ScanResponse
+	26, // 44: ferry.agent.v1.Agent.ScanStream:output_type -> ferry.agent.v1.ScanResponse
+	31, // 45: ferry.agent.v1.Agent.ReadChunks:output_type -> ferry.agent.v1.ReadChunksResponse
+	15, // 46: ferry.agent.v1.Agent.Restore:output_type -> ferry.agent.v1.PutResponse
+	37, // [37:47] is the sub-list for method output_type
+	27, // [27:37] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_ferry_agent_v1_agent_proto_init() }
@@ -2711,7 +2773,7 @@ func file_ferry_agent_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_agent_v1_agent_proto_rawDesc), len(file_ferry_agent_v1_agent_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -13,14 +13,17 @@ import (
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
 	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/frame"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // A tree travels as Put and Get carry it: data messages holding a frame
-// stream (package frame) of a tar stream made by archive.Writer with
-// per-file digests, then one Trailer, the last message. The receiver
-// extracts with archive.Extract and, before anything is placed, checks
-// that the frame stream ended with its own verified trailer right after
-// the tar's end-of-archive blocks, that the Trailer message came next and
+// stream (package frame) of an archive made by archive.Writer with
+// per-file digests (Put's in archive.FormatEntries, Get's a tar), then
+// one Trailer, the last message. The receiver extracts with
+// archive.Extract and, before anything is placed, checks that the frame
+// stream ended with its own verified trailer right after the archive's
+// end, that the Trailer message came next and
 // last, and that the entries, bytes and every file's name, size and
 // digest equal the Trailer's.
 
@@ -55,8 +58,8 @@ func MemberName(op, n string) (string, error) {
 	return c, nil
 }
 
-// TreeWriter is the sending side of a tree stream, Put's and Get's: a
-// tar archive with per-file digests, framed and compressed, cut into data
+// TreeWriter is the sending side of a tree stream, Put's and Get's: an
+// archive with per-file digests, framed and compressed, cut into data
 // messages by send.
 type TreeWriter struct {
 	Chunks *ChunkWriter
@@ -64,13 +67,13 @@ type TreeWriter struct {
 	Tar    *archive.Writer
 }
 
-// NewTreeWriter starts a tree stream; maxRatio 0 is the frame default.
-// rtt, which may be nil, is the connection's round trip as its end has
-// measured it (frame.WriterOptions.RTT).
-func NewTreeWriter(send func([]byte) error, mode frame.Mode, maxRatio int, rtt func() time.Duration) *TreeWriter {
+// NewTreeWriter starts a tree stream in archive format f; maxRatio 0 is
+// the frame default. rtt, which may be nil, is the connection's round
+// trip as its end has measured it (frame.WriterOptions.RTT).
+func NewTreeWriter(send func([]byte) error, f archive.Format, mode frame.Mode, maxRatio int, rtt func() time.Duration) *TreeWriter {
 	cw := &ChunkWriter{send: send}
 	fw := frame.NewWriter(cw, frame.WriterOptions{Compress: mode, BlockSize: frameBlock, MaxRatio: maxRatio, NoDigest: true, WireCost: wireCost, Buffered: relayBuffered, RTT: rtt})
-	tw := archive.NewWriter(fw)
+	tw := archive.NewWriterFormat(fw, f)
 	tw.HashFiles()
 	return &TreeWriter{Chunks: cw, Frames: fw, Tar: tw}
 }
@@ -258,7 +261,7 @@ func (t *TreeReader) OnFile(d archive.FileDigest) error {
 	return nil
 }
 
-// verify is ExtractOptions.Verify: the tar stream has ended; the frame
+// verify is ExtractOptions.Verify: the archive has ended; the frame
 // stream, the Trailer message and the tree must end with it and agree.
 func (t *TreeReader) Verify(st archive.Stats) error {
 	var b [512]byte
@@ -385,6 +388,22 @@ var Placements = map[archive.Placement]agentv1.Placement{
 	archive.PlaceNew:  agentv1.Placement_PLACEMENT_NEW,
 	archive.PlaceInto: agentv1.Placement_PLACEMENT_INTO,
 	archive.PlaceAs:   agentv1.Placement_PLACEMENT_AS,
+}
+
+// Formats are the archive formats a tree stream may have.
+var Formats = map[archive.Format]agentv1.ArchiveFormat{
+	archive.FormatTar:     agentv1.ArchiveFormat_ARCHIVE_FORMAT_TAR,
+	archive.FormatEntries: agentv1.ArchiveFormat_ARCHIVE_FORMAT_ENTRIES,
+}
+
+// FormatFromProto is the archive format a request names.
+func FormatFromProto(op string, f agentv1.ArchiveFormat) (archive.Format, error) {
+	for k, v := range Formats {
+		if v == f {
+			return k, nil
+		}
+	}
+	return 0, status.Errorf(codes.InvalidArgument, "%s: unknown archive format %v", op, f)
 }
 
 var Compressions = map[frame.Mode]agentv1.Compression{
