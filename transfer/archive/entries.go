@@ -20,8 +20,8 @@ const (
 	// FormatEntries is ferry's own entry stream, for agent-mode uploads,
 	// whose both ends are ferry's: the same entries and metadata as a
 	// tar, without tar's 512-byte blocks and per-file PAX records. In an
-	// upload of 10,000 small files, parsing those headers was a third of
-	// the agent's CPU, and the blocks a fifth of the bytes to compress.
+	// upload of 10,000 files of 2 KiB, parsing those headers was a third
+	// of the agent's CPU, and they made 42% of the stream.
 	//
 	// The stream is entriesMagic, then per entry a type byte (a tar
 	// Typeflag: '0', '5', '2' or '1'), a 16-bit little-endian length and

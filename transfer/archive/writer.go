@@ -19,7 +19,7 @@ import (
 // mtimes, names and link targets of any length and in any script. Entries
 // carry uid and gid 0 and no user or group names: what is uploaded belongs
 // to whoever extracts it. The output extracts with GNU tar, busybox tar and
-// Extract.
+// Extract; NewWriterFormat's FormatEntries output, with Extract only.
 //
 // Writer does not buffer: headers reach the underlying writer 512 bytes at
 // a time and file data in 256 KiB pieces; wrap it in a bufio.Writer where
