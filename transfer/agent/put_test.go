@@ -312,13 +312,14 @@ func putHostileHost(t *testing.T, src string, format archive.Format) {
 		f(tr)
 		return tr
 	}
-	tests := []struct {
+	type putCase struct {
 		name   string
 		msgs   []*agentv1.PutRequest
 		code   codes.Code
 		reason string
 		entry  string
-	}{
+	}
+	tests := []putCase{
 		{"honest", slices.Concat(dataMsgs(fr), []*agentv1.PutRequest{trailerMsg(goodTr)}), codes.OK, "", ""},
 		{"wrong digest", slices.Concat(dataMsgs(fr), []*agentv1.PutRequest{trailerMsg(tamper(func(tr *agentv1.Trailer) { tr.Files[0].Digest[3] ^= 1 }))}),
 			codes.DataLoss, "DIGEST", firstFile},
@@ -350,24 +351,12 @@ func putHostileHost(t *testing.T, src string, format archive.Format) {
 	if format == archive.FormatTar {
 		// An entry stream's names are archive's tests (TestEntriesHostileFixtures).
 		dotdot, dotdotTr := makeTar(t, tarEntry{name: "ok", data: "ok"}, tarEntry{name: "../x", data: "x"})
-		tests = append(tests, struct {
-			name   string
-			msgs   []*agentv1.PutRequest
-			code   codes.Code
-			reason string
-			entry  string
-		}{"dot-dot entry", slices.Concat(dataMsgs(framed(t, dotdot, frame.WriterOptions{})), []*agentv1.PutRequest{trailerMsg(dotdotTr)}),
+		tests = append(tests, putCase{"dot-dot entry", slices.Concat(dataMsgs(framed(t, dotdot, frame.WriterOptions{})), []*agentv1.PutRequest{trailerMsg(dotdotTr)}),
 			codes.InvalidArgument, "UNSAFE_PATH", "../x"})
 	} else {
 		// The agent reads what the header says: a tar is no entry stream
 		// (a malformed header, as a tar's is: no reason of its own).
-		tests = append(tests, struct {
-			name   string
-			msgs   []*agentv1.PutRequest
-			code   codes.Code
-			reason string
-			entry  string
-		}{"a tar", slices.Concat(dataMsgs(framed(t, treeTarOnly(t, src), frame.WriterOptions{})), []*agentv1.PutRequest{trailerMsg(goodTr)}),
+		tests = append(tests, putCase{"a tar", slices.Concat(dataMsgs(framed(t, treeTarOnly(t, src), frame.WriterOptions{})), []*agentv1.PutRequest{trailerMsg(goodTr)}),
 			codes.Unknown, "", "#1"})
 	}
 	for _, tc := range tests {

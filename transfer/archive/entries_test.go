@@ -6,14 +6,11 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ferry-dev/ferry/transfer/archive"
-	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
 // entriesOf rewrites a tar as FormatEntries, entry for entry; ok is false
@@ -68,35 +65,7 @@ func TestEntriesHostileFixtures(t *testing.T) {
 			continue
 		}
 		ran++
-		places := []archive.Placement{archive.PlaceNew, archive.PlaceInto}
-		for _, place := range places {
-			t.Run(fmt.Sprintf("%s/%v%s", f.name, place, limitsLabel(f.limits)), func(t *testing.T) {
-				t.Parallel()
-				s := newSandbox(t, place)
-				st, err := archive.Extract(context.Background(), bytes.NewReader(data), s.dest,
-					archive.ExtractOptions{Place: place, Limits: f.limits, Names: f.names, Format: archive.FormatEntries})
-				if f.want == nil {
-					if err != nil {
-						t.Fatalf("Extract: %v", err)
-					}
-					transfertest.CheckSafe(t, s.dest)
-					f.check(t, s.dest, place)
-					transfertest.EqualTrees(t, s.reference, s.outside)
-					return
-				}
-				if err == nil {
-					t.Fatalf("Extract accepted it (%+v)", st)
-				}
-				if !errors.Is(err, f.want) {
-					t.Errorf("error %v, want %v", err, f.want)
-				}
-				var ee *archive.EntryError
-				if !errors.As(err, &ee) {
-					t.Errorf("error %v is no *EntryError", err)
-				}
-				s.checkUntouched(t, place)
-			})
-		}
+		runFixtureEverywhere(t, f, data, archive.FormatEntries)
 	}
 	if ran < len(fixtures)/2 {
 		t.Fatalf("only %d of %d fixtures rewritten as entries", ran, len(fixtures))
@@ -264,26 +233,5 @@ func FuzzExtractEntries(f *testing.F) {
 			f.Add(data)
 		}
 	}
-	limits := archive.Limits{MaxTotalBytes: 4 << 20, MaxEntries: 1000, MaxFileSize: 1 << 20, MaxHeaderSize: 64 << 10}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		place := archive.PlaceNew
-		if len(data)%2 == 1 {
-			place = archive.PlaceInto
-		}
-		s := newSandbox(t, place)
-		_, err := archive.Extract(context.Background(), bytes.NewReader(data), s.dest, archive.ExtractOptions{Place: place, Limits: limits, Format: archive.FormatEntries})
-		if err != nil {
-			var ee *archive.EntryError
-			if !errors.As(err, &ee) {
-				t.Errorf("error %v is no *EntryError", err)
-			}
-			s.checkUntouched(t, place)
-			return
-		}
-		transfertest.EqualTrees(t, s.reference, s.outside)
-		if got := names(t, s.parent); !slices.Equal(got, []string{"dest", "outside"}) {
-			t.Errorf("beside dest: %q", got)
-		}
-		transfertest.CheckSafe(t, s.dest)
-	})
+	f.Fuzz(func(t *testing.T, data []byte) { fuzzExtract(t, data, archive.FormatEntries) })
 }

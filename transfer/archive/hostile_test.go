@@ -98,51 +98,64 @@ func (s *sandbox) checkUntouched(t *testing.T, place archive.Placement) {
 
 func TestHostileArchives(t *testing.T) {
 	for _, f := range fixtures {
-		data := readFixture(t, f.name)
-		places := []archive.Placement{archive.PlaceNew, archive.PlaceInto}
-		if f.want != nil {
-			places = append(places, archive.PlaceAs)
-		}
-		for _, place := range places {
-			t.Run(fmt.Sprintf("%s/%v%s", f.name, place, limitsLabel(f.limits)), func(t *testing.T) {
-				t.Parallel()
-				s := newSandbox(t, place)
-				st, err := archive.Extract(context.Background(), bytes.NewReader(data), s.dest,
-					archive.ExtractOptions{Place: place, Limits: f.limits, Names: f.names})
-				if f.want == nil {
-					if err != nil {
-						t.Fatalf("Extract: %v", err)
-					}
-					transfertest.CheckSafe(t, s.dest)
-					f.check(t, s.dest, place)
-					if place == archive.PlaceInto {
-						wantFiles(t, s.dest, map[string]string{"existing": "original\n"})
-					}
-					transfertest.EqualTrees(t, s.reference, s.outside)
-					return
-				}
-				if err == nil {
-					t.Fatalf("Extract accepted it (%+v)", st)
-				}
-				if !errors.Is(err, f.want) {
-					t.Errorf("error %v, want %v", err, f.want)
-				}
-				var ee *archive.EntryError
-				switch {
-				case !errors.As(err, &ee):
-					t.Errorf("error %v is no *EntryError", err)
-				case f.entryPrefix && !strings.HasPrefix(ee.Entry, f.entry):
-					t.Errorf("error names %q, want a name starting %q", ee.Entry, f.entry)
-				case !f.entryPrefix && ee.Entry != f.entry:
-					t.Errorf("error names %q, want %q", clipped(ee.Entry), clipped(f.entry))
-				}
-				if len(err.Error()) > 1024 {
-					t.Errorf("error line is %d bytes", len(err.Error()))
-				}
-				s.checkUntouched(t, place)
-			})
-		}
+		runFixtureEverywhere(t, f, readFixture(t, f.name), archive.FormatTar)
 	}
+}
+
+// runFixtureEverywhere runs a fixture's stream with each placement: an
+// attack must fail however its archive is placed.
+func runFixtureEverywhere(t *testing.T, f fixture, data []byte, format archive.Format) {
+	places := []archive.Placement{archive.PlaceNew, archive.PlaceInto}
+	if f.want != nil {
+		places = append(places, archive.PlaceAs)
+	}
+	for _, place := range places {
+		t.Run(fmt.Sprintf("%s/%v%s", f.name, place, limitsLabel(f.limits)), func(t *testing.T) {
+			t.Parallel()
+			runFixture(t, f, data, place, format)
+		})
+	}
+}
+
+// runFixture extracts a fixture's stream, data in format, and checks that
+// it ends as the fixture says: accepted with its tree, or refused naming
+// the entry and leaving nothing behind.
+func runFixture(t *testing.T, f fixture, data []byte, place archive.Placement, format archive.Format) {
+	t.Helper()
+	s := newSandbox(t, place)
+	st, err := archive.Extract(context.Background(), bytes.NewReader(data), s.dest,
+		archive.ExtractOptions{Place: place, Limits: f.limits, Names: f.names, Format: format})
+	if f.want == nil {
+		if err != nil {
+			t.Fatalf("Extract: %v", err)
+		}
+		transfertest.CheckSafe(t, s.dest)
+		f.check(t, s.dest, place)
+		if place == archive.PlaceInto {
+			wantFiles(t, s.dest, map[string]string{"existing": "original\n"})
+		}
+		transfertest.EqualTrees(t, s.reference, s.outside)
+		return
+	}
+	if err == nil {
+		t.Fatalf("Extract accepted it (%+v)", st)
+	}
+	if !errors.Is(err, f.want) {
+		t.Errorf("error %v, want %v", err, f.want)
+	}
+	var ee *archive.EntryError
+	switch {
+	case !errors.As(err, &ee):
+		t.Errorf("error %v is no *EntryError", err)
+	case f.entryPrefix && !strings.HasPrefix(ee.Entry, f.entry):
+		t.Errorf("error names %q, want a name starting %q", ee.Entry, f.entry)
+	case !f.entryPrefix && ee.Entry != f.entry:
+		t.Errorf("error names %q, want %q", clipped(ee.Entry), clipped(f.entry))
+	}
+	if len(err.Error()) > 1024 {
+		t.Errorf("error line is %d bytes", len(err.Error()))
+	}
+	s.checkUntouched(t, place)
 }
 
 func clipped(s string) string {
