@@ -171,8 +171,9 @@ func newEntryReader(r io.Reader, maxHeader int) *entryReader {
 	return &entryReader{r: r, maxHdr: min(maxHeader, maxEntryHeader)}
 }
 
-// Next returns the next entry's header, io.EOF after the end marker, and
-// an *entryStreamError for a stream that is cut or malformed.
+// Next returns the next entry's header, or io.EOF after the end marker.
+// A stream cut short is ErrTruncated, a header over the bound ErrLimit,
+// and a malformed one tar.ErrHeader.
 func (e *entryReader) Next() (*tar.Header, error) {
 	if e.done {
 		return nil, io.EOF
@@ -254,8 +255,11 @@ func (e *entryReader) Read(p []byte) (int, error) {
 	}
 	n, err := e.r.Read(p)
 	e.left -= int64(n)
-	if err == io.EOF {
+	switch {
+	case err == io.EOF && e.left > 0:
 		err = io.ErrUnexpectedEOF
+	case err == io.EOF:
+		err = nil // the entry is whole; Next finds the stream's end missing
 	}
 	return n, err
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/ferry-dev/ferry/transfer/archive"
 )
@@ -234,4 +235,24 @@ func FuzzExtractEntries(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { fuzzExtract(t, data, archive.FormatEntries) })
+}
+
+// A reader that returns its last bytes with io.EOF: a stream cut right
+// after a file's data is missing its end marker, not part of the file.
+func TestEntriesCutAfterData(t *testing.T) {
+	var out bytes.Buffer
+	enc := archive.NewEntryEncoder(&out)
+	if err := enc.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "f", Mode: 0o644, ModTime: oldTime, Size: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := enc.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	data := out.Bytes() // no end marker
+	s := newSandbox(t, archive.PlaceNew)
+	_, err := archive.Extract(context.Background(), iotest.DataErrReader(bytes.NewReader(data)), s.dest, archive.ExtractOptions{Place: archive.PlaceNew, Format: archive.FormatEntries})
+	if !errors.Is(err, archive.ErrTruncated) || !strings.Contains(err.Error(), "end marker") {
+		t.Fatalf("err = %v, want ErrTruncated for the missing end marker", err)
+	}
+	s.checkUntouched(t, archive.PlaceNew)
 }
