@@ -88,8 +88,9 @@ type Writer struct {
 	closed bool
 	cut    int // blocks handed to the pipeline so far
 	// ramp is how many blocks a stream begins with below BlockSize (see
-	// limit), and warmupN how many Auto's warmup takes (see warmup);
-	// both follow from BlockSize alone.
+	// limit), and warmupN how many Auto's warmup takes (see warmupBytes;
+	// the ramp's small blocks are not counted among them); both follow
+	// from BlockSize alone.
 	ramp, warmupN int
 
 	// encs holds Concurrency encoders (nil until first used): a
@@ -458,7 +459,7 @@ func (w *Writer) block(p []byte, own bool) error {
 	// probe beside zstd, where zstd may pay: on a slow link a trial then
 	// costs no wire bytes.
 	both := try == typeS2 && w.opts.Compress == Auto &&
-		(!w.linkKnown() && !w.lan() || (w.cut < w.warmup() || w.pick == typeZstd) && w.zstdMayPay())
+		(!w.linkKnown() && !w.lan() || (w.cut < w.warmupN || w.pick == typeZstd) && w.zstdMayPay())
 	w.mu.Unlock()
 
 	w.cut++
@@ -886,7 +887,7 @@ func (w *Writer) choose() byte {
 		return typeS2
 	}
 	var c byte
-	if w.cut < w.warmup() {
+	if w.cut < w.warmupN {
 		// Both codecs in turn, so that both are measured by the end:
 		// zstd first, then again only where it may pay.
 		c = typeS2
@@ -923,10 +924,6 @@ func (w *Writer) choose() byte {
 	w.skipped = 0
 	return c
 }
-
-// warmup is how many blocks Auto's warmup takes (see warmupBytes), the
-// small blocks a stream begins with (limit) not counted among them.
-func (w *Writer) warmup() int { return w.warmupN }
 
 // otherCodec is the codec Auto probes while it uses c.
 func otherCodec(c byte) byte {
