@@ -272,55 +272,52 @@ func (x *extractor) run() error {
 		if err := x.ctx.Err(); err != nil {
 			return &EntryError{Entry: x.last, Op: "extract", Err: err}
 		}
-		if x.er != nil {
-			hdr, err := x.er.Next()
-			switch {
-			case err == io.EOF:
-				return nil
-			case err != nil && x.ctx.Err() != nil && errors.Is(err, x.ctx.Err()):
-				return &EntryError{Entry: x.last, Op: "extract", Err: err}
-			case err != nil:
-				return &EntryError{Entry: cmp.Or(x.er.name, fmt.Sprintf("#%d", x.entries+1)), Op: "read header", Err: err}
-			}
-			if err := x.next(hdr); err != nil {
-				return err
-			}
-			continue
-		}
-		x.sr.beginHeader(x.lim.MaxHeaderSize)
-		hdr, err := x.tr.Next()
-		x.sr.endHeader()
-		if errors.Is(err, tar.ErrInsecurePath) && hdr != nil {
-			err = nil // GODEBUG=tarinsecurepath=0; cleanName refuses the name itself
-		}
-		switch {
-		case err == io.EOF:
-			if !x.sr.completeEOA() {
-				return &EntryError{Entry: x.last, Op: "end of archive", Err: fmt.Errorf("%w: stream ends without the end-of-archive blocks", ErrTruncated)}
-			}
+		hdr, err := x.header()
+		if err == io.EOF {
 			return nil
-		case err != nil && x.ctx.Err() != nil && errors.Is(err, x.ctx.Err()):
-			return &EntryError{Entry: x.last, Op: "extract", Err: err}
-		case err != nil:
-			return x.sr.headerError(err, x.entries+1)
 		}
-		if err := x.next(hdr); err != nil {
+		if err != nil {
 			return err
+		}
+		x.entries++
+		x.last = hdr.Name
+		if x.entries > x.lim.MaxEntries {
+			return &EntryError{Entry: hdr.Name, Op: "extract", Err: fmt.Errorf("%w: more than %d entries", ErrLimit, x.lim.MaxEntries)}
+		}
+		if err := x.entry(hdr); err != nil {
+			return &EntryError{Entry: hdr.Name, Op: "extract", Err: err}
 		}
 	}
 }
 
-// next counts and extracts the entry whose header was just read.
-func (x *extractor) next(hdr *tar.Header) error {
-	x.entries++
-	x.last = hdr.Name
-	if x.entries > x.lim.MaxEntries {
-		return &EntryError{Entry: hdr.Name, Op: "extract", Err: fmt.Errorf("%w: more than %d entries", ErrLimit, x.lim.MaxEntries)}
+// header reads the next entry's header in the stream's format: io.EOF at
+// the archive's proper end, and otherwise an *EntryError naming the entry
+// as well as what was read allows.
+func (x *extractor) header() (*tar.Header, error) {
+	var hdr *tar.Header
+	var err error
+	if x.er != nil {
+		hdr, err = x.er.Next()
+	} else {
+		x.sr.beginHeader(x.lim.MaxHeaderSize)
+		hdr, err = x.tr.Next()
+		x.sr.endHeader()
+		if errors.Is(err, tar.ErrInsecurePath) && hdr != nil {
+			err = nil // GODEBUG=tarinsecurepath=0; cleanName refuses the name itself
+		}
+		if err == io.EOF && !x.sr.completeEOA() {
+			return nil, &EntryError{Entry: x.last, Op: "end of archive", Err: fmt.Errorf("%w: stream ends without the end-of-archive blocks", ErrTruncated)}
+		}
 	}
-	if err := x.entry(hdr); err != nil {
-		return &EntryError{Entry: hdr.Name, Op: "extract", Err: err}
+	switch {
+	case err == nil, err == io.EOF:
+		return hdr, err
+	case x.ctx.Err() != nil && errors.Is(err, x.ctx.Err()):
+		return nil, &EntryError{Entry: x.last, Op: "extract", Err: err}
+	case x.er != nil:
+		return nil, &EntryError{Entry: cmp.Or(x.er.name, fmt.Sprintf("#%d", x.entries+1)), Op: "read header", Err: err}
 	}
-	return nil
+	return nil, x.sr.headerError(err, x.entries+1)
 }
 
 func (x *extractor) entry(hdr *tar.Header) error {
