@@ -141,13 +141,14 @@
 //     keeps every snapshot.
 //   - A save reuses a chunk that is not its parent's only if the chunk's
 //     last Put is after S - Grace/2 ("fresh"); it writes an older one
-//     again, which renews it. A prune removes a chunk (or a pack) only if
-//     its last Put is before both now - Grace and, for every live save
-//     lock, S - g/2, g the larger of the prune's Grace and the save's (its
-//     lock names it: a prune given a short grace must not take what a
-//     save of a longer one reuses). So every chunk a save in flight may
-//     reference is either in a snapshot the prune keeps or past the
-//     prune's cut-off, however long the save takes.
+//     again, which renews it. A prune that sees a live save lock removes
+//     no chunk or pack at all: it may have listed a stale chunk just
+//     before a save renewed it, and would remove the renewed chunk after
+//     (no store offers a delete conditional on a ModTime). It reports why
+//     (ChunksKept), and a later prune that meets no save removes them;
+//     one that meets none removes a chunk only if its last Put is before
+//     now - Grace. A save that overlaps such a prune saw its lock and
+//     waits for it, so no chunk a save may reference is removed under it.
 //   - A save's parent chunks are checked at its start: those the store
 //     lost (damage, or a store written before locks) are sent again, so a
 //     broken snapshot does not break the next one.

@@ -141,9 +141,6 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 		default:
 			inFlight[l.body.Key] = true
 			rep.SavesInFlight++
-			if c := l.body.reuseSince(s.cfg.Grace); c.Before(cutoff) {
-				cutoff = c
-			}
 		}
 	}
 	keys, err := s.Keys(ctx)
@@ -191,10 +188,21 @@ func (s *Store) Prune(ctx context.Context, opts PruneOptions) (*PruneReport, err
 			}
 		}
 	}
-	if unknown != "" {
+	// A save in flight writes again each stale chunk it reuses, to renew
+	// it; a prune that listed the chunk before that write would remove
+	// the renewed chunk after it, under the save's snapshot. So chunks go
+	// only when no save is in flight: a save that starts meanwhile waits
+	// for this prune (see the package doc), and the next prune that meets
+	// no save removes what this one kept.
+	switch {
+	case unknown != "":
 		rep.ChunksKept = fmt.Sprintf("the save lock %s cannot be read", unknown)
-	} else if err := p.chunks(ctx, cutoff); err != nil {
-		return rep, err
+	case rep.SavesInFlight > 0:
+		rep.ChunksKept = fmt.Sprintf("%d save(s) in flight", rep.SavesInFlight)
+	default:
+		if err := p.chunks(ctx, cutoff); err != nil {
+			return rep, err
+		}
 	}
 	if opts.DryRun {
 		rep.StaleLocks = len(stale)
