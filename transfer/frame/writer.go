@@ -119,10 +119,17 @@ type Writer struct {
 	linkAll   rate
 	unblocked int64
 	codecT    [3]rate // time compressing, per plaintext byte, by codec (Auto)
-	codecW    [3]rate // wire bytes of blocks tried, per plaintext byte, by codec (Auto)
-	pick      byte    // the codec Auto uses, once measured: typeZstd or typeS2
-	probe     int     // blocks since the last probe of what Auto does not pick
-	gap       int     // blocks from one probe to the next (Auto)
+	// framesT is codecT's zstd without the small blocks a stream begins
+	// with (limit): streams weighs frames of their own by it. An
+	// encoder's first block pays for its tables and history being
+	// faulted in, which a 64 KiB block counts sixteen times over per
+	// byte; timed by it, frames of their own would look too slow to
+	// ever leave the stream on a fast WAN.
+	framesT rate
+	codecW  [3]rate // wire bytes of blocks tried, per plaintext byte, by codec (Auto)
+	pick    byte    // the codec Auto uses, once measured: typeZstd or typeS2
+	probe   int     // blocks since the last probe of what Auto does not pick
+	gap     int     // blocks from one probe to the next (Auto)
 	// streaming: Auto's last zstd block went into the stream (typeStream).
 	streaming bool
 
@@ -701,6 +708,9 @@ func (w *Writer) sent(s *slot) {
 		measure := func(codec byte, t trial) {
 			c := codecIndex(codec)
 			w.codecT[c].add(t.took.Seconds(), plain, window)
+			if codec == typeZstd && int(plain) >= w.opts.BlockSize {
+				w.framesT.add(t.took.Seconds(), plain, window)
+			}
 			// The ratio follows the data at once (the last block tried):
 			// when text follows media, a codec probed once in a while
 			// must not be judged by the media for many probes more.
@@ -955,7 +965,7 @@ func codecIndex(c byte) int {
 // gain of hysteresisPct. The link must be known.
 func (w *Writer) streams() bool {
 	st, z := codecIndex(typeStream), codecIndex(typeZstd)
-	if w.codecT[st].n == 0 && w.codecT[z].n == 0 {
+	if w.codecT[st].n == 0 && w.framesT.n == 0 {
 		return true
 	}
 	link := w.linkCost()
@@ -964,11 +974,11 @@ func (w *Writer) streams() bool {
 	// other way round: a fast link, before the stream is measured, is
 	// not given a block of it on a guess.
 	ts, ws := w.codecT[st].per(), w.codecW[st].per()
-	tz, wz := w.codecT[z].per(), w.codecW[z].per()
+	tz, wz := w.framesT.per(), w.codecW[z].per()
 	if w.codecT[st].n == 0 {
 		ts, ws = tz*2, wz*6/7
 	}
-	if w.codecT[z].n == 0 {
+	if w.framesT.n == 0 {
 		tz, wz = ts/2, ws*7/6
 	}
 	stream := max(ts, link*ws)
