@@ -40,7 +40,8 @@
 // Every block has 1 <= plain; a Writer makes a stream's first block
 // 64 KiB of plaintext, each next one twice the last up to BlockSize
 // (default 256 KiB), and every block from there but the last exactly
-// BlockSize, but a reader must not rely on that. In the trailer, total
+// BlockSize, or 256 KiB at most after a block it sent raw untried, but
+// a reader must not rely on that. In the trailer, total
 // is the sum of all blocks' plain, blocks is the number of blocks (the
 // trailer excluded) and sha256 is the
 // SHA-256 of the concatenated plaintext (of the empty string for an empty

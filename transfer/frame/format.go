@@ -92,7 +92,9 @@ const (
 	// last, up to BlockSize: after maxRamp blocks at most, since
 	// minBuffer doubled that many times is MaxBlockSizeLimit.
 	minBuffer = 64 << 10
-	maxRamp   = 10
+	// rawBlock bounds the blocks of a raw run (see Writer.limit).
+	rawBlock = 256 << 10
+	maxRamp  = 10
 	// autoMaxPct is the most a block Auto compresses may take of its
 	// plaintext, in percent: more, and it is sent raw.
 	autoMaxPct = 97

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/klauspost/compress/s2"
 	"go.uber.org/goleak"
@@ -121,8 +122,12 @@ func TestRoundTrip(t *testing.T) {
 }
 
 // blockCount is how many blocks a stream of n bytes is cut in at block
-// size bs: 64 KiB, then each twice the last up to bs (TestBlockRamp).
-func blockCount(n, bs int) int {
+// size bs: 64 KiB, then each twice the last up to bs, or up to rawBlock
+// when every block goes raw untried (TestBlockRamp).
+func blockCount(n, bs int, raw bool) int {
+	if raw {
+		bs = min(bs, rawBlock)
+	}
 	blocks := 0
 	for size := min(64<<10, bs); n > 0; size = min(2*size, bs) {
 		n -= size
@@ -132,27 +137,31 @@ func blockCount(n, bs int) int {
 }
 
 // TestBlockRamp: a stream begins with a 64 KiB block and doubles the
-// size of each next one up to BlockSize, whether the data comes by Write
-// in pieces, by Write all at once, or read into Buffer; the reader takes
-// every size.
+// size of each next one up to BlockSize, or up to rawBlock while blocks
+// go raw untried (None here), whether the data comes by Write in pieces,
+// by Write all at once, or read into Buffer; the reader takes every
+// size. (Random data: zstd's blocks go raw too, tried.)
 func TestBlockRamp(t *testing.T) {
 	const k = 1 << 10
 	tests := []struct {
+		mode  Mode
 		bs, n int
 		want  []int
 	}{
-		{1 << 20, 3<<20 + 5, []int{64 * k, 128 * k, 256 * k, 512 * k, 1024 * k, 1024 * k, 64*k + 5}},
-		{256 * k, 600 * k, []int{64 * k, 128 * k, 256 * k, 152 * k}},
-		{96 * k, 300 * k, []int{64 * k, 96 * k, 96 * k, 44 * k}},
-		{16 * k, 40 * k, []int{16 * k, 16 * k, 8 * k}},
-		{1 << 20, 10 * k, []int{10 * k}},
+		{Zstd, 1 << 20, 3<<20 + 5, []int{64 * k, 128 * k, 256 * k, 512 * k, 1024 * k, 1024 * k, 64*k + 5}},
+		{None, 1 << 20, 2<<20 + 5, []int{64 * k, 128 * k, 256 * k, 256 * k, 256 * k, 256 * k, 256 * k, 256 * k, 256 * k, 64*k + 5}},
+		{Zstd, 256 * k, 600 * k, []int{64 * k, 128 * k, 256 * k, 152 * k}},
+		{None, 256 * k, 600 * k, []int{64 * k, 128 * k, 256 * k, 152 * k}},
+		{None, 96 * k, 300 * k, []int{64 * k, 96 * k, 96 * k, 44 * k}},
+		{None, 16 * k, 40 * k, []int{16 * k, 16 * k, 8 * k}},
+		{None, 1 << 20, 10 * k, []int{10 * k}},
 	}
 	for _, tt := range tests {
 		data := randomData(tt.n)
 		for _, how := range []string{"whole", "pieces", "buffer"} {
-			t.Run(fmt.Sprintf("%d/%d/%s", tt.bs, tt.n, how), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%v/%d/%d/%s", tt.mode, tt.bs, tt.n, how), func(t *testing.T) {
 				var out bytes.Buffer
-				w := NewWriter(&out, WriterOptions{Compress: None, BlockSize: tt.bs})
+				w := NewWriter(&out, WriterOptions{Compress: tt.mode, BlockSize: tt.bs})
 				for off := 0; off < len(data); {
 					var err error
 					n := len(data) - off
@@ -186,8 +195,8 @@ func TestBlockRamp(t *testing.T) {
 				if !slices.Equal(got, tt.want) {
 					t.Errorf("block sizes %v, want %v", got, tt.want)
 				}
-				if len(got) != blockCount(tt.n, tt.bs) {
-					t.Errorf("blockCount(%d, %d) = %d, want %d", tt.n, tt.bs, blockCount(tt.n, tt.bs), len(got))
+				if n := blockCount(tt.n, tt.bs, tt.mode == None); len(got) != n {
+					t.Errorf("blockCount(%d, %d) = %d, want %d", tt.n, tt.bs, n, len(got))
 				}
 				back, _, err := decode(out.Bytes(), ReaderOptions{MaxBlockSize: tt.bs})
 				if err != nil || !bytes.Equal(back, data) {
@@ -198,10 +207,77 @@ func TestBlockRamp(t *testing.T) {
 	}
 }
 
+// blockSizes lists the plaintext size of each block of a frame stream.
+func blockSizes(t *testing.T, wire []byte) []int {
+	t.Helper()
+	var got []int
+	for wire = wire[headerSize:]; wire[0] >= typeRaw && wire[0] <= typeStream; {
+		got = append(got, int(binary.BigEndian.Uint32(wire[1:])))
+		wire = wire[blockHeaderSize+int(binary.BigEndian.Uint32(wire[5:])):]
+	}
+	return got
+}
+
+// TestRawRunBlocks: Auto cuts a raw run (data its sample finds does not
+// compress) in blocks of rawBlock, and goes back to BlockSize once the
+// data compresses again; Buffer never lends past the block's limit,
+// though the buffer it lends from held a larger block before.
+func TestRawRunBlocks(t *testing.T) {
+	const bs, k = 1 << 20, 1 << 10
+	text, random := textData(3*bs), randomData(3*bs)
+	var out bytes.Buffer
+	w := NewWriter(&out, WriterOptions{BlockSize: bs, Concurrency: 1})
+	written, maxLent := 0, 0
+	// write writes p through Buffer and waits until the sender has sent
+	// every block cut: whether Auto samples a block depends on whether
+	// the last one sent paid.
+	write := func(p []byte, raw bool) {
+		for len(p) > 0 {
+			lent := w.Buffer()
+			if raw {
+				maxLent = max(maxLent, len(lent))
+			}
+			n := copy(lent, p)
+			if _, err := w.Write(lent[:n]); err != nil {
+				t.Fatal(err)
+			}
+			p, written = p[n:], written+n
+		}
+		for i := 0; w.Stats().Plaintext != int64(written); i++ {
+			if i == 5000 {
+				t.Fatalf("stats %+v: blocks not sent after 5 s", w.Stats())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	write(text[:1984*k], false)   // the ramp: 64 KiB to 1 MiB
+	write(random[:bs], false)     // tried (the last block paid): raw
+	write(random[bs:2*bs], false) // sampled: raw
+	write(random[2*bs:], true)    // the raw run
+	if _, err := w.Write(text[1984*k : 3008*k]); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := []int{64 * k, 128 * k, 256 * k, 512 * k, 1024 * k, 1024 * k, 1024 * k, 256 * k, 256 * k, 256 * k, 256 * k, 256 * k, 768 * k}
+	if got := blockSizes(t, out.Bytes()); !slices.Equal(got, want) {
+		t.Errorf("block sizes %v, want %v", got, want)
+	}
+	if maxLent != rawBlock {
+		t.Errorf("Buffer lent up to %d bytes in the raw run, want %d", maxLent, rawBlock)
+	}
+	data := slices.Concat(text[:1984*k], random, text[1984*k:3008*k])
+	back, _, err := decode(out.Bytes(), ReaderOptions{})
+	if err != nil || !bytes.Equal(back, data) {
+		t.Fatalf("read: err %v, equal %v", err, bytes.Equal(back, data))
+	}
+}
+
 func TestDefaultBlockSize(t *testing.T) {
 	data := textData(3*DefaultBlockSize + 5)
 	wire, ws := encode(t, data, WriterOptions{}, 1<<20)
-	if int(ws.ZstdBlocks+ws.S2Blocks+ws.StreamBlocks) != blockCount(len(data), DefaultBlockSize) || ws.Wire > int64(len(data))/4 {
+	if int(ws.ZstdBlocks+ws.S2Blocks+ws.StreamBlocks) != blockCount(len(data), DefaultBlockSize, false) || ws.Wire > int64(len(data))/4 {
 		t.Fatalf("stats %+v for %d bytes of text", ws, len(data))
 	}
 	out, _, err := decode(wire, ReaderOptions{})
@@ -563,7 +639,7 @@ func testBufferWrites(t *testing.T, bs int, mode Mode) {
 		t.Fatalf("%v: err %v, equal %v", mode, err, bytes.Equal(got, data))
 	}
 	st := w.Stats()
-	if n, want := int(st.RawBlocks+st.ZstdBlocks+st.S2Blocks+st.StreamBlocks), blockCount(len(data), bs); n != want {
+	if n, want := int(st.RawBlocks+st.ZstdBlocks+st.S2Blocks+st.StreamBlocks), blockCount(len(data), bs, mode == None); n != want {
 		t.Errorf("stats %+v: %d blocks, want %d", st, n, want)
 	}
 }

@@ -46,7 +46,7 @@ func TestAutoSampleSkipsTrials(t *testing.T) {
 				if (tried > 0) != tt.wantTried {
 					t.Errorf("%.0f plaintext bytes tried with a codec (stats %+v), want tried %v", tried, st, tt.wantTried)
 				}
-				if want := blockCount(len(tt.data), bs); tt.name == "random" && int(st.RawBlocks) != want {
+				if want := blockCount(len(tt.data), bs, true); tt.name == "random" && int(st.RawBlocks) != want {
 					t.Errorf("stats %+v: want %d raw blocks", st, want)
 				}
 				if ratio := float64(st.Wire) / float64(st.Plaintext); ratio > tt.maxRatio {

@@ -25,7 +25,9 @@ type WriterOptions struct {
 	// and the last: the first is 64 KiB, and each next one twice the
 	// last, up to BlockSize, so that a stream's first bytes go out
 	// before a whole block has been read, hashed and compressed (and,
-	// in a fresh process, its buffers faulted in). Default
+	// in a fresh process, its buffers faulted in). Blocks that go raw
+	// untried (data Auto's sample finds does not compress, or None) are
+	// 256 KiB at most. Default
 	// DefaultBlockSize; at most MaxBlockSizeLimit, and it must not
 	// exceed the reader's MaxBlockSize.
 	BlockSize int
@@ -92,6 +94,9 @@ type Writer struct {
 	// the ramp's small blocks are not counted among them); both follow
 	// from BlockSize alone.
 	ramp, warmupN int
+	// raw: the last block went raw without a trial (Auto's sample, or
+	// no compression asked): the next is at most rawBlock (see limit).
+	raw bool
 
 	// encs holds Concurrency encoders (nil until first used): a
 	// compressing goroutine takes one for the block and puts it back.
@@ -163,7 +168,9 @@ type Writer struct {
 // until done is closed.
 type slot struct {
 	plain []byte
-	out   []byte        // block header and payload
+	out   []byte // block header and payload
+	// split: out is a raw block's header alone, and plain its payload.
+	split bool
 	typ   byte          // out's block type
 	codec byte          // the compression tried: typeZstd, typeS2, typeStream, or typeRaw for none
 	took  time.Duration // compressing it, in CPU time where it can be had
@@ -273,7 +280,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 			continue
 		}
 		w.room()
-		k := copy(w.buf[len(w.buf):cap(w.buf)], p)
+		k := copy(w.buf[len(w.buf):w.end()], p)
 		w.buf = w.buf[:len(w.buf)+k]
 		n += k
 		p = p[k:]
@@ -294,8 +301,13 @@ func (w *Writer) Write(p []byte) (int, error) {
 // Close; anything written in it but not passed to Write is overwritten.
 func (w *Writer) Buffer() []byte {
 	w.room()
-	return w.buf[len(w.buf):cap(w.buf)]
+	return w.buf[len(w.buf):w.end()]
 }
+
+// end is where the block being filled ends in buf: its limit, or buf's
+// end when buf is smaller. A buffer may be larger than the limit: a
+// block before it was, before a raw run (see limit).
+func (w *Writer) end() int { return min(cap(w.buf), w.limit()) }
 
 // room makes sure the block being filled has room for more plaintext:
 // a buffer that is full below the block's limit is replaced by one of
@@ -303,7 +315,7 @@ func (w *Writer) Buffer() []byte {
 // stream of a few KiB, all of many a command's, does not pay for a whole
 // block's buffer (a MiB, zeroed and faulted in).
 func (w *Writer) room() {
-	if len(w.buf) < cap(w.buf) {
+	if len(w.buf) < w.end() {
 		return
 	}
 	b := make([]byte, len(w.buf), w.limit())
@@ -313,13 +325,20 @@ func (w *Writer) room() {
 
 // limit is the size of the block being filled: minBuffer for the
 // stream's first, twice the last for each next, up to BlockSize (see
-// WriterOptions.BlockSize). A buffer never holds more, since no block
-// before it was larger.
+// WriterOptions.BlockSize); after a block that went raw without a trial,
+// rawBlock at most. A raw block gains nothing from its size, and every
+// block in the pipeline holds a buffer of it: in a new process, memory
+// to fault in, which costs 3 ms a MiB in a Firecracker VM (11 µs a
+// page) and kept a new agent's first MiB on a LAN 20 ms behind tar's.
 func (w *Writer) limit() int {
-	if w.cut >= w.ramp {
-		return w.opts.BlockSize
+	n := w.opts.BlockSize
+	if w.cut < w.ramp {
+		n = minBuffer << w.cut
 	}
-	return minBuffer << w.cut
+	if w.raw {
+		n = min(n, rawBlock)
+	}
+	return n
 }
 
 // Close frames any pending plaintext, waits for every block to be
@@ -470,7 +489,8 @@ func (w *Writer) block(p []byte, own bool) error {
 	w.mu.Unlock()
 
 	w.cut++
-	s.done, s.typ, s.codec, s.err, s.both, s.after, s.prefix = nil, typeRaw, try, nil, both, nil, nil
+	w.raw = try == typeRaw
+	s.done, s.typ, s.codec, s.err, s.both, s.after, s.prefix, s.split = nil, typeRaw, try, nil, both, nil, nil, false
 	if try == typeStream {
 		w.sinceStream = 0
 	} else if w.lastStream != nil {
@@ -493,11 +513,14 @@ func (w *Writer) block(p []byte, own bool) error {
 			s.prefix, w.streamEnd = w.streamEnd, nil
 		}
 		go w.compress(s, w.opts.Compress, w.opts.MaxRatio, w.opts.BlockSize)
+	} else if own {
+		// Raw, from the Writer's own buffer: the buffer goes as it is,
+		// after its header, and the slot's comes back in its place.
+		// Framing it whole in out would copy every byte once more.
+		s.plain, w.buf = p, s.plain[:0]
+		s.out, s.typ, s.split = rawHeader(s.out[:0], len(p)), typeRaw, true
 	} else {
 		s.out, s.typ = encodeBlock(s.out[:0], p, nil, w.opts.Compress, w.opts.MaxRatio)
-		if own {
-			w.buf = w.buf[:0]
-		}
 	}
 
 	w.mu.Lock()
@@ -675,6 +698,10 @@ func (w *Writer) send() {
 				var k int
 				k, err = w.emit(s.out)
 				n += k
+				if err == nil && s.split {
+					k, err = w.emit(s.plain)
+					n += k
+				}
 			}
 			w.blocks++
 			took = time.Since(t0)
@@ -788,6 +815,17 @@ func encodeS2(out, p []byte, mode Mode, maxRatio int) (_ []byte, typ byte, ok bo
 		out = append(out[:start], p...)
 	}
 	return header(out, h, typ, len(p)), typ, true
+}
+
+// rawHeader appends the header of a raw block of n bytes to out, for a
+// payload written after it.
+func rawHeader(out []byte, n int) []byte {
+	h := len(out)
+	out = append(out, zeroHeader[:]...)
+	out[h] = typeRaw
+	binary.BigEndian.PutUint32(out[h+1:], uint32(n))
+	binary.BigEndian.PutUint32(out[h+5:], uint32(n))
+	return out
 }
 
 // header fills in the header of the block that starts at out[h:].
