@@ -25,9 +25,9 @@ type WriterOptions struct {
 	// and the last: the first is 64 KiB, and each next one twice the
 	// last, up to BlockSize, so that a stream's first bytes go out
 	// before a whole block has been read, hashed and compressed (and,
-	// in a fresh process, its buffers faulted in). Blocks that go raw
-	// untried (data Auto's sample finds does not compress, or None) are
-	// 256 KiB at most. Default
+	// in a fresh process, its buffers faulted in). After a block that
+	// goes raw untried (data Auto's sample finds does not compress, or
+	// None), blocks are 256 KiB at most until one is tried. Default
 	// DefaultBlockSize; at most MaxBlockSizeLimit, and it must not
 	// exceed the reader's MaxBlockSize.
 	BlockSize int
@@ -310,8 +310,8 @@ func (w *Writer) Buffer() []byte {
 func (w *Writer) end() int { return min(cap(w.buf), w.limit()) }
 
 // room makes sure the block being filled has room for more plaintext:
-// a buffer that is full below the block's limit is replaced by one of
-// the limit's size. The limit grows with the stream (see limit), so a
+// a buffer that is full below the block's limit (see end) is replaced by
+// one of the limit's size. The limit grows with the stream (see limit), so a
 // stream of a few KiB, all of many a command's, does not pay for a whole
 // block's buffer (a MiB, zeroed and faulted in).
 func (w *Writer) room() {
@@ -822,18 +822,21 @@ func encodeS2(out, p []byte, mode Mode, maxRatio int) (_ []byte, typ byte, ok bo
 func rawHeader(out []byte, n int) []byte {
 	h := len(out)
 	out = append(out, zeroHeader[:]...)
-	out[h] = typeRaw
-	binary.BigEndian.PutUint32(out[h+1:], uint32(n))
-	binary.BigEndian.PutUint32(out[h+5:], uint32(n))
+	putHeader(out[h:], typeRaw, n, n)
 	return out
 }
 
 // header fills in the header of the block that starts at out[h:].
 func header(out []byte, h int, typ byte, plain int) []byte {
-	out[h] = typ
-	binary.BigEndian.PutUint32(out[h+1:], uint32(plain))
-	binary.BigEndian.PutUint32(out[h+5:], uint32(len(out)-h-blockHeaderSize))
+	putHeader(out[h:], typ, plain, len(out)-h-blockHeaderSize)
 	return out
+}
+
+// putHeader writes a block header at the start of b.
+func putHeader(b []byte, typ byte, plain, payload int) {
+	b[0] = typ
+	binary.BigEndian.PutUint32(b[1:], uint32(plain))
+	binary.BigEndian.PutUint32(b[5:], uint32(payload))
 }
 
 // try returns the compression to try on block p (typeRaw for none),
