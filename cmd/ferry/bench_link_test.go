@@ -50,8 +50,10 @@ import (
 // both at the floor, within a round's noise of each other).
 // FERRY_BENCH_CPUPROFILE=DIR has every ferry command write a CPU profile
 // there (FERRY_CPUPROFILE), named after its arguments;
-// FERRY_BENCH_LINK_SETS=session,run runs only those sets. A missed goal is
-// marked MISS; it does not fail the benchmark.
+// FERRY_BENCH_LINK_SETS=session,run runs only those sets.
+// FERRY_BENCH_LINK_TRACE=1 logs, for each ferry copy, when its data
+// passed 1 MiB, 8 MiB and its end on the gateway's link (see traced). A missed goal is marked MISS; it does not fail
+// the benchmark.
 func BenchmarkLink(b *testing.B) {
 	needBench(b)
 	profiles := linkProfiles(b)
@@ -281,7 +283,9 @@ func runLinkProfile(b testing.TB, p linkemu.Profile, sc linkScale, rounds int) (
 			mode := ferryModes[name]
 			upPeers = append(upPeers, benchPeer{name, func(r int) (result, string) {
 				rel := fmt.Sprintf("lup-%s-%s-%d", set.key, mode, r)
-				res := s.ferryCp(b, mode, set.dir, "bench:"+rel)
+				res := s.traced(b, fmt.Sprintf("%s %s up, round %d", set.label, name, r), true, func() result {
+					return s.ferryCp(b, mode, set.dir, "bench:"+rel)
+				})
 				set.check(b, name+" up", filepath.Join(s.sandbox, rel))
 				return res, filepath.Join(s.sandbox, rel)
 			}})
@@ -316,7 +320,9 @@ func runLinkProfile(b testing.TB, p linkemu.Profile, sc linkScale, rounds int) (
 			mode := ferryModes[name]
 			downPeers = append(downPeers, benchPeer{name, func(r int) (result, string) {
 				dst := filepath.Join(local, fmt.Sprintf("ferry-%s-%s-%d", set.key, mode, r))
-				res := s.ferryCp(b, mode, "bench:"+src, dst)
+				res := s.traced(b, fmt.Sprintf("%s %s down, round %d", set.label, name, r), false, func() result {
+					return s.ferryCp(b, mode, "bench:"+src, dst)
+				})
 				set.check(b, name+" down", dst)
 				return res, dst
 			}})
@@ -333,6 +339,39 @@ func runLinkProfile(b testing.TB, p linkemu.Profile, sc linkScale, rounds int) (
 		rows, notes = append(rows, runRows...), append(notes, runNotes...)
 	}
 	return rows, notes
+}
+
+// traced runs the ferry command f; with FERRY_BENCH_LINK_TRACE set, it
+// records the gateway's link meanwhile and logs when the bytes one way
+// (up or down, the data's) reached 1 MiB, 8 MiB and all of them, from
+// the command's first byte either way: its setup and first MiB, then its
+// body, apart. (Session 19 found a new agent's first MiB on lan 20 ms
+// behind tar's this way, while the bodies took the same time.)
+func (s *benchSetup) traced(b testing.TB, what string, up bool, f func() result) result {
+	b.Helper()
+	if s.gwLink == nil || os.Getenv("FERRY_BENCH_LINK_TRACE") == "" {
+		return f()
+	}
+	rec := s.gwLink.Record()
+	res := f()
+	s.gwLink.StopRecording()
+	total := res.link.Down
+	if up {
+		total = res.link.Up
+	}
+	at := rec.Reached(up, 1<<20, 8<<20, total)
+	ms := func(d time.Duration) string {
+		if d < 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000)
+	}
+	dir := "down"
+	if up {
+		dir = "up"
+	}
+	b.Logf("%s: 1 MiB %s at %s, 8 MiB at %s, all %s at %s", what, dir, ms(at[0]), ms(at[1]), byteLabel(total), ms(at[2]))
+	return res
 }
 
 // setOrder is the order of the link's data sets in the table.

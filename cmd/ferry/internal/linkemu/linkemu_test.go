@@ -240,3 +240,57 @@ func TestStreamAcks(t *testing.T) {
 		t.Errorf("stats %+v, want %d up, %d down, one turn", st, size, size/every)
 	}
 }
+
+// TestRecorder: a recording holds every read each way, in time order,
+// with the bytes of each; Reached finds when a direction's total passed a
+// mark, and -1 for one it never did; nothing is added once it stops.
+func TestRecorder(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
+	const up, down = 1 << 20, 4 << 10
+	addr := serveOnce(t, func(c net.Conn) {
+		if _, err := io.CopyN(io.Discard, c, up); err != nil {
+			return
+		}
+		c.Write(make([]byte, down))
+	})
+	p, _ := Lookup("lan")
+	l := startLink(t, addr, p)
+	rec := l.Record()
+	c, err := net.Dial("tcp", l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(make([]byte, up)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, down)); err != nil {
+		t.Fatal(err)
+	}
+	l.StopRecording()
+	ev := rec.Events()
+	var sums [2]int
+	for i, e := range ev {
+		if i > 0 && e.At.Before(ev[i-1].At) {
+			t.Fatalf("event %d at %v, before the one before it", i, e.At)
+		}
+		if e.Up {
+			sums[0] += e.Len
+		} else {
+			sums[1] += e.Len
+		}
+	}
+	if sums != [2]int{up, down} || !ev[0].Up || ev[len(ev)-1].Up {
+		t.Fatalf("recorded %d bytes up and %d down in %d reads (first up %v, last up %v), want %d and %d", sums[0], sums[1], len(ev), ev[0].Up, ev[len(ev)-1].Up, up, down)
+	}
+	got := rec.Reached(true, 1, up/2, up, up+1)
+	if got[0] != 0 || got[1] <= 0 || got[2] < got[1] || got[3] != -1 {
+		t.Errorf("Reached up = %v, want 0, then growing, then -1", got)
+	}
+	if d := rec.Reached(false, down); d[0] < got[2] {
+		t.Errorf("the answer came %v after the first byte, before the request was all sent (%v)", d[0], got[2])
+	}
+	if n := len(rec.Events()); n != len(ev) {
+		t.Errorf("%d events after StopRecording, had %d", n, len(ev))
+	}
+}
