@@ -365,10 +365,12 @@ func (l *Link) read(c *conn, dir int, src net.Conn, b *bucket, s Shape, from tim
 			if dep.Sub(now) > paceSlack && !sleepUntil(l.ctx, dep) {
 				return
 			}
-			count.Add(int64(n))
+			// Recorded before counted: whoever sees the count sees the
+			// read in a recording under way.
 			if r := l.rec.Load(); r != nil {
 				r.add(maxTime(dep, now), dir, n)
 			}
+			count.Add(int64(n))
 			at := maxTime(dep, now).Add(s.Delay)
 			select {
 			case q <- chunk{data: append([]byte(nil), buf[:n]...), arrival: at}:

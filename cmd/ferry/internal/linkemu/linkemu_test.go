@@ -43,6 +43,17 @@ func startLink(t *testing.T, target string, p Profile) *Link {
 	return l
 }
 
+// dial connects to l; the test's cleanup closes the connection.
+func dial(t *testing.T, l *Link) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // near reports whether got is want within tol.
 func near(got, want, tol float64) bool { return got >= want*(1-tol) && got <= want*(1+tol) }
 
@@ -67,10 +78,7 @@ func TestRTT(t *testing.T) {
 	measure := func() (first, median, slowest float64, st Stats) {
 		addr := serveOnce(t, func(c net.Conn) { io.Copy(c, c) })
 		l := startLink(t, addr, p)
-		c, err := net.Dial("tcp", l.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := dial(t, l)
 		start := time.Now()
 		var rtts []float64
 		b := []byte{1}
@@ -146,10 +154,7 @@ func TestRate(t *testing.T) {
 			got <- s
 		})
 		l := startLink(t, addr, p)
-		c, err := net.Dial("tcp", l.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := dial(t, l)
 		start := time.Now()
 		if _, err := c.Write(make([]byte, size)); err != nil {
 			t.Fatal(err)
@@ -185,11 +190,7 @@ func TestCloseCuts(t *testing.T) {
 	p, _ := Lookup("far")
 	addr := serveOnce(t, func(c net.Conn) { io.Copy(io.Discard, c) })
 	l := startLink(t, addr, p)
-	c, err := net.Dial("tcp", l.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, l)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := c.Write(make([]byte, 64<<20))
@@ -225,11 +226,7 @@ func TestStreamAcks(t *testing.T) {
 		}
 	})
 	l := startLink(t, addr, p)
-	c, err := net.Dial("tcp", l.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, l)
 	if _, err := c.Write(make([]byte, size)); err != nil {
 		t.Fatal(err)
 	}
@@ -252,15 +249,12 @@ func TestRecorder(t *testing.T) {
 			return
 		}
 		c.Write(make([]byte, down))
+		io.Copy(io.Discard, c)
 	})
 	p, _ := Lookup("lan")
 	l := startLink(t, addr, p)
 	rec := l.Record()
-	c, err := net.Dial("tcp", l.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dial(t, l)
 	if _, err := c.Write(make([]byte, up)); err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +284,18 @@ func TestRecorder(t *testing.T) {
 	if d := rec.Reached(false, down); d[0] < got[2] {
 		t.Errorf("the answer came %v after the first byte, before the request was all sent (%v)", d[0], got[2])
 	}
+	// More bytes after the stop: counted by the link, not recorded.
+	const more = 64 << 10
+	if _, err := c.Write(make([]byte, more)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; l.Stats().Up < up+more; i++ {
+		if i == 5000 {
+			t.Fatalf("stats %+v: the bytes after the stop not through in 5 s", l.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
 	if n := len(rec.Events()); n != len(ev) {
-		t.Errorf("%d events after StopRecording, had %d", n, len(ev))
+		t.Errorf("%d events after StopRecording and %d more bytes, had %d", n, more, len(ev))
 	}
 }
