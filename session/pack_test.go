@@ -296,7 +296,7 @@ func TestPrunePacks(t *testing.T) {
 		t.Fatal("crashing save committed")
 	}
 	age(t, fsys, 2*time.Hour)
-	m, err := s.Save(ctx, "k", pruneDuring{session.DirSource{Dir: orphan}, s})
+	m, err := s.Save(ctx, "k", pruneDuring(orphan, s))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,27 +20,30 @@ func tree(t *testing.T, seed int64) string {
 	return dir
 }
 
-// pruneDuring is a Source that runs a Prune between sending its chunks
-// and the commit: the save is in flight while Prune runs.
-type pruneDuring struct {
-	session.DirSource
-	s *session.Store
+// pruneDuring is a Source that sends dir's chunks, then runs a Prune of
+// s before the commit: the save is in flight while Prune runs.
+func pruneDuring(dir string, s *session.Store) duringScan {
+	return duringScan{session.DirSource{Dir: dir}, func(ctx context.Context) error {
+		_, err := s.Prune(ctx, session.PruneOptions{Keep: 1})
+		return err
+	}}
 }
 
-func (p pruneDuring) Scan(ctx context.Context, prev *session.Parent, sink session.Sink) error {
-	if err := p.DirSource.Scan(ctx, prev, sink); err != nil {
-		return err
-	}
-	_, err := p.s.Prune(ctx, session.PruneOptions{Keep: 1})
-	return err
+// pruneStores is a store on a fresh in-memory filesystem with a grace
+// of an hour, and a second one on it whose saves fail at the commit:
+// they leave their chunks behind, unreferenced.
+func pruneStores(t *testing.T) (fsys afero.Fs, s, crashing *session.Store) {
+	t.Helper()
+	fsys = afero.NewMemMapFs()
+	b := local.New(fsys)
+	s, _ = session.New(session.Config{Backend: b, Grace: time.Hour})
+	crashing, _ = session.New(session.Config{Backend: failingBackend{b, "snapshots/"}, Grace: time.Hour})
+	return fsys, s, crashing
 }
 
 func TestPrune(t *testing.T) {
 	ctx := context.Background()
-	fsys := afero.NewMemMapFs()
-	b := local.New(fsys)
-	s, _ := session.New(session.Config{Backend: b, Grace: time.Hour})
-	crashing, _ := session.New(session.Config{Backend: failingBackend{b, "snapshots/"}, Grace: time.Hour})
+	fsys, s, crashing := pruneStores(t)
 	verify := func() *session.VerifyReport {
 		t.Helper()
 		rep, err := s.Verify(ctx, "")
@@ -94,7 +97,7 @@ func TestPrune(t *testing.T) {
 		t.Fatal("crashing save committed")
 	}
 	age(t, fsys, 2*time.Hour)
-	m, err := s.Save(ctx, "k", pruneDuring{session.DirSource{Dir: orphan}, s})
+	m, err := s.Save(ctx, "k", pruneDuring(orphan, s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,10 +285,7 @@ func TestPruneIdleRacingSaves(t *testing.T) {
 // next one that meets none removes what is unreferenced.
 func TestPruneRemovesNoChunkDuringASave(t *testing.T) {
 	ctx := context.Background()
-	fsys := afero.NewMemMapFs()
-	b := local.New(fsys)
-	s, _ := session.New(session.Config{Backend: b, Grace: time.Hour})
-	crashing, _ := session.New(session.Config{Backend: failingBackend{b, "snapshots/"}, Grace: time.Hour})
+	fsys, s, crashing := pruneStores(t)
 	save(t, s, "k", tree(t, 1))
 	reused, unreferenced := tree(t, 2), tree(t, 3)
 	for _, dir := range []string{reused, unreferenced} {
