@@ -24,12 +24,26 @@ func (s *server) Put(stream agentv1.Agent_PutServer) error {
 
 func (s *server) put(stream agentv1.Agent_PutServer) (_ *agentv1.Stats, into bool, err error) {
 	ctx := stream.Context()
-	if rtt := s.rtt(); rtt > 0 {
-		// At once, so that it reaches the host before much of the data
-		// it helps to compress has been sent (wire.RTTKey). A header
-		// that cannot go means a stream that is over: Recv says why.
-		stream.SendHeader(wire.RTTHeader(rtt))
-	}
+	// The round trip goes to the host in a header as soon as it is
+	// known, at once on a connection that has timed it, so that it
+	// reaches the host before much of the data it helps to compress has
+	// been sent (wire.RTTKey). It is sent beside the Recvs, and done
+	// with before put returns and the response is sent. A header that
+	// cannot go means a stream that is over: Recv says why.
+	stop, sent := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sent)
+		select {
+		case <-s.rttKnown:
+			stream.SendHeader(wire.RTTHeader(s.rtt()))
+		case <-stop:
+		case <-ctx.Done():
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-sent
+	}()
 	first, err := stream.Recv()
 	if err != nil {
 		return nil, false, err

@@ -43,11 +43,12 @@ type server struct {
 	agentv1.UnimplementedAgentServer
 	cfg Config
 	log *slog.Logger
-	// rtt is the connection's round trip, once the host's hello is in:
-	// from writing the agent's hello to reading the host's, which the
-	// host writes as soon as it has read the agent's. A Get's Auto
-	// compression goes by it (frame.WriterOptions.RTT). 0 before.
-	rtt func() time.Duration
+	// rtt is the connection's round trip once measured (see
+	// helloReader), 0 before; rttKnown is closed then. A Get's Auto
+	// compression goes by it (frame.WriterOptions.RTT), and a Put's
+	// header tells the host.
+	rtt      func() time.Duration
+	rttKnown <-chan struct{}
 }
 
 // Serve runs the agent's side of one connection: it writes its hello to w,
@@ -68,7 +69,7 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg Config) error {
 	// hello instead of a round trip later (a gRPC client sends no call
 	// before the server's SETTINGS). The host's hello is still read and
 	// checked before any byte of its HTTP/2 stream.
-	hr := &helloReader{r: r, sent: time.Now()}
+	hr := &helloReader{r: r, sent: time.Now(), known: make(chan struct{}), pre: h2PrefaceLen}
 	ended := make(chan struct{})
 	var once sync.Once
 	conn := wire.NewStreamConn(hr, w, func() error {
@@ -77,7 +78,7 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg Config) error {
 	})
 	lis := wire.ConnListener(conn)
 	gs := grpc.NewServer(wire.ServerOptions()...)
-	srv := &server{cfg: cfg, log: log, rtt: hr.rtt}
+	srv := &server{cfg: cfg, log: log, rtt: hr.rtt, rttKnown: hr.known}
 	var impl agentv1.AgentServer = srv
 	if cfg.Wrap != nil {
 		impl = cfg.Wrap(srv)
@@ -123,14 +124,39 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg Config) error {
 
 // helloReader reads and checks the host's hello on its first Read, then
 // reads through: the host's stdin carries nothing before its hello.
+//
+// It also times the connection's round trip: from the agent's hello,
+// which its HTTP/2 SETTINGS follow at once, to the host's acknowledgement
+// of those SETTINGS, the first SETTINGS frame with the ACK flag in what
+// the host sends. A host's gRPC acknowledges them as soon as it reads
+// them, whenever it wrote its own hello: after reading the agent's, or
+// before the agent had even started, with its first call behind it.
+// Timing the host's hello instead would measure no round trip in that
+// second case.
 type helloReader struct {
-	r    io.Reader
-	sent time.Time // when the agent's hello went
-	mu   sync.Mutex
-	done bool
-	err  error
-	took time.Duration // from sent to the host's hello read
+	r     io.Reader
+	sent  time.Time // when the agent's hello went
+	known chan struct{}
+	mu    sync.Mutex
+	done  bool
+	err   error
+	took  time.Duration // from sent to the host's SETTINGS ACK
+	// Following the host's frames until the ACK: the client preface's
+	// bytes still to pass, a frame header gathered, the payload bytes of
+	// the current frame still to pass.
+	pre  int
+	hdr  [h2HeaderLen]byte
+	nhdr int
+	body int
 }
+
+// The HTTP/2 framing helloReader follows (RFC 9113, sections 3.4 and 4.1).
+const (
+	h2PrefaceLen   = 24
+	h2HeaderLen    = 9
+	h2TypeSettings = 0x4
+	h2FlagAck      = 0x1
+)
 
 func (h *helloReader) rtt() time.Duration {
 	h.mu.Lock()
@@ -144,16 +170,50 @@ func (h *helloReader) Read(p []byte) (int, error) {
 		h.done = true
 		if _, err := wire.ReadHello(h.r, 0); err != nil {
 			h.err = err
-		} else {
-			h.took = time.Since(h.sent)
 		}
 	}
 	err := h.err
+	watching := h.took == 0
 	h.mu.Unlock()
 	if err != nil {
 		return 0, err
 	}
-	return h.r.Read(p)
+	n, err := h.r.Read(p)
+	if watching && n > 0 {
+		h.watch(p[:n])
+	}
+	return n, err
+}
+
+// watch follows the host's frames in p, which Read has just read, until
+// the first SETTINGS ACK. Only gRPC's reader calls Read, one call at a
+// time; the lock is for rtt's readers.
+func (h *helloReader) watch(p []byte) {
+	for len(p) > 0 {
+		switch {
+		case h.pre > 0:
+			k := min(h.pre, len(p))
+			h.pre, p = h.pre-k, p[k:]
+		case h.body > 0:
+			k := min(h.body, len(p))
+			h.body, p = h.body-k, p[k:]
+		default:
+			k := copy(h.hdr[h.nhdr:], p)
+			h.nhdr, p = h.nhdr+k, p[k:]
+			if h.nhdr < h2HeaderLen {
+				return
+			}
+			h.nhdr = 0
+			h.body = int(h.hdr[0])<<16 | int(h.hdr[1])<<8 | int(h.hdr[2])
+			if h.hdr[3] == h2TypeSettings && h.hdr[4]&h2FlagAck != 0 && h.body == 0 && h.hdr[5]&0x7f|h.hdr[6]|h.hdr[7]|h.hdr[8] == 0 {
+				h.mu.Lock()
+				h.took = max(time.Since(h.sent), time.Microsecond)
+				h.mu.Unlock()
+				close(h.known)
+				return
+			}
+		}
+	}
 }
 
 // failed is why the host's hello was refused, if it was.
