@@ -1,4 +1,4 @@
-package openshell
+package h2early
 
 import (
 	"bytes"
