@@ -27,6 +27,10 @@ type Sandbox struct {
 	// Agents are the agent builds to install; without them transfer.ModeAuto is
 	// POSIX mode.
 	Agents agent.Bundle
+	// AgentMemory, when set, remembers where the agent has answered, so
+	// that a later connection there sends its first call without waiting
+	// for the agent's hello (agent.Memory).
+	AgentMemory agent.Memory
 	// IdleTimeout ends an Upload, Download, Pull, SaveSession or
 	// RestoreSession (and a Run's transfers) through which next to nothing
 	// has moved on the exec channel, in either direction, for this long,
@@ -43,7 +47,7 @@ type Sandbox struct {
 
 // target is what transfer.Open needs of s.
 func (s Sandbox) target() transfer.Target {
-	return transfer.Target{X: s.X, Name: s.Name, Mode: s.Mode, Compress: s.Compress, Agents: s.Agents, Logger: s.Logger}
+	return transfer.Target{X: s.X, Name: s.Name, Mode: s.Mode, Compress: s.Compress, Agents: s.Agents, AgentMemory: s.AgentMemory, Logger: s.Logger}
 }
 
 // open connects to the sandbox in the sandbox's mode.

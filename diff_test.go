@@ -25,7 +25,7 @@ import (
 // hide a change. Each lie either fails the manifest naming the entry, or
 // shows in the diff as what it is.
 func TestHostileAgentDiff(t *testing.T) {
-	h := newHostileBox(t, hostile.Scenario{})
+	h := newHostileBox(t, hostile.Scenario{}, false)
 	work := filepath.Join(h.root, "work")
 	write(t, work, map[string]string{"a.txt": "a\n", "mod.txt": "before\n", "sub/x": "x"})
 	before, err := ferry.Manifest(ctx(t), h.sb, "work", treediff.Options{})

@@ -50,7 +50,7 @@ func Follow(ctx context.Context, sb Sandbox, spec FollowSpec) error {
 	}
 	f, err := follow.New(follow.Config{
 		Dial: func(ctx context.Context) (*agent.Client, error) {
-			c, _, err := agent.Dial(ctx, agent.DialConfig{X: sb.X, Sandbox: sb.Name, Bundle: sb.Agents, Logger: log})
+			c, _, err := agent.Dial(ctx, agent.DialConfig{X: sb.X, Sandbox: sb.Name, Bundle: sb.Agents, Memory: sb.AgentMemory, Logger: log})
 			if errors.Is(err, agent.ErrUnavailable) {
 				return nil, fmt.Errorf("follow %s: %w: %w", sb.Name, transfer.ErrAgentRequired, err)
 			}

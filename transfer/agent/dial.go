@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 
@@ -34,6 +36,51 @@ type DialConfig struct {
 	// agent's hello; default DefaultMaxSkip.
 	MaxBanner int
 	Logger    *slog.Logger
+	// Memory, when set, remembers the sandboxes where an agent of ours
+	// has answered. In those, Dial returns without waiting for the
+	// agent's hello: the client's first calls (those a cached agent of
+	// another build could take harmlessly) leave with the host's own
+	// hello, a round trip sooner. If no agent of ours answers after all,
+	// the client installs one, as Dial does, when a call first needs it;
+	// should the sandbox no longer run it, ErrUnavailable comes from that
+	// call rather than from Dial.
+	Memory Memory
+}
+
+// Memory remembers, beyond one process, in which sandboxes an agent of
+// ferry's has answered, so that the next Dial there need not wait for
+// its hello (see DialConfig.Memory). It is a hint: a sandbox that lost its
+// agent (its temp directory cleaned, or recreated under its name) costs
+// no more than a Dial without it, and one where the agent can no longer
+// be installed is forgotten once a call has said so.
+type Memory interface {
+	Answered(sandbox string) bool
+	Remember(sandbox string, answered bool)
+}
+
+// NewMemory returns a Memory of one process's own: for a long-lived
+// caller (a Launcher) that dials the same sandboxes many times.
+func NewMemory() Memory { return &processMemory{answered: map[string]bool{}} }
+
+type processMemory struct {
+	mu       sync.Mutex
+	answered map[string]bool
+}
+
+func (m *processMemory) Answered(sandbox string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.answered[sandbox]
+}
+
+func (m *processMemory) Remember(sandbox string, answered bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if answered {
+		m.answered[sandbox] = true
+	} else {
+		delete(m.answered, sandbox)
+	}
 }
 
 // Dialled reports what a Dial did, for logs and --json.
@@ -85,56 +132,77 @@ func Dial(ctx context.Context, cfg DialConfig) (*Client, Dialled, error) {
 	if len(cfg.Bundle) == 0 {
 		return nil, d, fmt.Errorf("%w: this ferry carries no agent builds (build it with `make build`)", ErrUnavailable)
 	}
+	if cfg.Memory != nil && cfg.Memory.Answered(cfg.Sandbox) {
+		c, err := serveEarly(ctx, cfg)
+		d.Execs++
+		return c, d, err
+	}
+	c, pr, err := serve(ctx, cfg, false)
+	d.Execs++
+	c, err = settleDial(ctx, cfg, &d, c, pr, err)
+	if err == nil && cfg.Memory != nil {
+		cfg.Memory.Remember(cfg.Sandbox, true)
+	}
+	return c, d, err
+}
+
+// settleDial takes the outcome of a serve exec (c, or the probe line pr,
+// or why neither) to a client of an agent of ours: c itself when it is
+// one; otherwise, when the sandbox can run ours, a new one, installed.
+func settleDial(ctx context.Context, cfg DialConfig, d *Dialled, c *Client, pr probeResult, err error) (*Client, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c, pr, err := serve(ctx, cfg, false)
-	d.Execs++
-	var verr *VersionError
+	var (
+		verr    *VersionError
+		notOurs *errNotOurs
+	)
 	switch {
 	case err == nil && ours(cfg.Bundle, c.Hello):
-		return c, d, nil
+		return c, nil
 	case err == nil:
 		// A stale agent under our key (a copy that is not what we
 		// installed): replace it.
 		log.Info("cached agent is not ours; reinstalling", "sandbox", cfg.Sandbox, "agent", c.Hello.String())
 		c.Close()
+	case errors.As(err, &notOurs):
+		log.Info("cached agent is not ours; reinstalling", "sandbox", cfg.Sandbox, "agent", notOurs.h.String())
 	case errors.As(err, &verr):
 		log.Info("cached agent speaks another protocol; reinstalling", "sandbox", cfg.Sandbox, "err", err)
 	case errors.Is(err, errNoAgent):
 	default:
-		return nil, d, err
+		return nil, err
 	}
 	if !errors.Is(err, errNoAgent) {
 		// The stale agent answered instead of the probe: ask again.
 		if _, pr, err = serve(ctx, cfg, true); !errors.Is(err, errNoAgent) {
-			return nil, d, fmt.Errorf("probe %s: %w", cfg.Sandbox, err)
+			return nil, fmt.Errorf("probe %s: %w", cfg.Sandbox, err)
 		}
 		d.Execs++
 	}
 	bin, ok := cfg.Bundle[pr.arch]
 	if !ok {
-		return nil, d, fmt.Errorf("%w: no agent build for %s %s", ErrUnavailable, pr.os, pr.machine)
+		return nil, fmt.Errorf("%w: no agent build for %s %s", ErrUnavailable, pr.os, pr.machine)
 	}
 	start := time.Now()
 	n, err := install(ctx, cfg, pr, bin)
 	d.Execs++
 	if err != nil {
-		return nil, d, err
+		return nil, err
 	}
 	d.Installed = true
 	log.Info("agent installed", "sandbox", cfg.Sandbox, "arch", bin.Arch, "encoding", pr.decoder, "wire_bytes", n, "seconds", time.Since(start).Seconds())
 	c, _, err = serve(ctx, cfg, false)
 	d.Execs++
 	if err != nil {
-		return nil, d, fmt.Errorf("start agent in %s after installing it: %w", cfg.Sandbox, err)
+		return nil, fmt.Errorf("start agent in %s after installing it: %w", cfg.Sandbox, err)
 	}
 	if c.Hello.Digest != bin.Digest {
 		c.Close()
-		return nil, d, fmt.Errorf("agent in %s: runs %s after a reinstall, want sha256:%x", cfg.Sandbox, c.Hello, bin.Digest[:6])
+		return nil, fmt.Errorf("agent in %s: runs %s after a reinstall, want sha256:%x", cfg.Sandbox, c.Hello, bin.Digest[:6])
 	}
-	return c, d, nil
+	return c, nil
 }
 
 // exitWait bounds how long closing a connection waits for the agent to
@@ -174,6 +242,132 @@ func keys(b Bundle) []string {
 	return k
 }
 
+// serveExec is one run of the serve script: the host's ends of its
+// streams, and how to end it.
+type serveExec struct {
+	cfg     DialConfig
+	stdinW  *io.PipeWriter
+	stdoutR *io.PipeReader
+	stderr  *tailBuffer
+	head    *headBuffer
+	x       *execution
+	cancel  context.CancelFunc
+	// settled, once set, says whether every call on the connection has
+	// been answered (Client.settled): teardown need not wait for the
+	// agent's exit then.
+	settled func() bool
+}
+
+// startServe starts the serve script; what is "serve" or "probe".
+func startServe(ctx context.Context, cfg DialConfig, what string) *serveExec {
+	stdinR, stdinW := io.Pipe()
+	stdoutR, stdoutW := io.Pipe()
+	s := &serveExec{
+		cfg: cfg, stdinW: stdinW, stdoutR: stdoutR,
+		stderr: &tailBuffer{max: 8 << 10},
+		head:   &headBuffer{max: 64 << 10},
+		x:      &execution{done: make(chan struct{})},
+	}
+	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	go func() {
+		code, err := cfg.X.Exec(ectx, &relay.Command{
+			Sandbox: cfg.Sandbox,
+			Argv:    append(append([]string{"sh", "-c", serveScript, "sh"}, keys(cfg.Bundle)...), what),
+			Stdin:   stdinR,
+			Stdout:  stdoutW,
+			Stderr:  s.stderr,
+		})
+		s.x.finish(code, err, s.stderr)
+		// Record first, then wake the readers: an RPC that fails because
+		// the stream ended finds the reason.
+		stdoutW.CloseWithError(s.x.err())
+		stdinR.CloseWithError(io.ErrClosedPipe)
+	}()
+	return s
+}
+
+// out is the agent's stdout, its banner and hello recorded in head.
+func (s *serveExec) out() io.Reader {
+	tee := io.TeeReader(s.stdoutR, s.head)
+	return readerFunc(func(p []byte) (int, error) {
+		if s.head.full() {
+			return s.stdoutR.Read(p)
+		}
+		return tee.Read(p)
+	})
+}
+
+func (s *serveExec) maxSkip() int {
+	if s.cfg.MaxBanner > 0 {
+		return s.cfg.MaxBanner
+	}
+	return DefaultMaxSkip
+}
+
+// teardown ends the exec: EOF on the agent's stdin lets it exit
+// cleanly; one that does not is cancelled. An agent that has answered
+// every call has nothing left to clean up, and its exit would only
+// cost a round trip: its exec is cancelled at once. (A gateway ends a
+// cancelled exec's stdin too: OpenShell's sends the command EOF.)
+func (s *serveExec) teardown() error {
+	s.stdinW.Close()
+	if s.settled != nil && s.settled() {
+		select {
+		case <-s.x.done:
+			return s.x.closeErr()
+		default:
+		}
+		s.cancel()
+		// Nothing more is read: a relay still delivering the
+		// agent's last bytes (its GOAWAY) must not block on them.
+		s.stdoutR.CloseWithError(io.ErrClosedPipe)
+		<-s.x.done
+		if err := s.x.closeErr(); errors.Is(err, relay.ErrRelayLost) {
+			// Lost before the cancel: the caller may want to know
+			// the sandbox is out of reach.
+			return err
+		}
+		return nil
+	}
+	// What the agent writes while it shuts down (a GOAWAY) must be
+	// read, or its exit waits on a full pipe; gRPC's reader may be
+	// gone already.
+	drained := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, s.stdoutR)
+		close(drained)
+	}()
+	defer func() { <-drained }()
+	select {
+	case <-s.x.done:
+	case <-time.After(exitWait):
+		s.cancel()
+		<-s.x.done
+	}
+	s.cancel()
+	s.stdoutR.CloseWithError(io.ErrClosedPipe)
+	return s.x.closeErr()
+}
+
+// failed is why no agent of our protocol answered, once the exec has
+// been torn down: the script's probe line (errNoAgent), or why the agent
+// did not start.
+func (s *serveExec) failed() (probeResult, error) {
+	var pr probeResult
+	for _, line := range strings.Split(s.head.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 5 && f[0] == "FERRY-PROBE" {
+			pr = probeResult{os: f[1], machine: f[2], decoder: f[3], dir: f[4]}
+			if f[1] == "Linux" {
+				pr.arch = archOf(f[2])
+			}
+			return pr, errNoAgent
+		}
+	}
+	return pr, fmt.Errorf("%w: the agent did not start in %s: %v", ErrUnavailable, s.cfg.Sandbox, s.x.exitDesc())
+}
+
 // serve runs the serve script. It returns a client when an agent answered
 // with a hello of our version; otherwise the probe line, if the script
 // printed one, and an error.
@@ -182,129 +376,139 @@ func serve(ctx context.Context, cfg DialConfig, probeOnly bool) (*Client, probeR
 	if probeOnly {
 		what = "probe"
 	}
-	var pr probeResult
-	stdinR, stdinW := io.Pipe()
-	stdoutR, stdoutW := io.Pipe()
-	stderr := &tailBuffer{max: 8 << 10}
-	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	x := &execution{done: make(chan struct{})}
-	go func() {
-		code, err := cfg.X.Exec(ectx, &relay.Command{
-			Sandbox: cfg.Sandbox,
-			Argv:    append(append([]string{"sh", "-c", serveScript, "sh"}, keys(cfg.Bundle)...), what),
-			Stdin:   stdinR,
-			Stdout:  stdoutW,
-			Stderr:  stderr,
-		})
-		x.finish(code, err, stderr)
-		// Record first, then wake the readers: an RPC that fails because
-		// the stream ended finds the reason.
-		stdoutW.CloseWithError(x.err())
-		stdinR.CloseWithError(io.ErrClosedPipe)
-	}()
-	// teardown ends the exec: EOF on the agent's stdin lets it exit
-	// cleanly; one that does not is cancelled. An agent that has answered
-	// every call has nothing left to clean up, and its exit would only
-	// cost a round trip: its exec is cancelled at once. (A gateway ends a
-	// cancelled exec's stdin too: OpenShell's sends the command EOF.)
-	var client *Client
-	teardown := func() error {
-		stdinW.Close()
-		if client != nil && client.settled() {
-			select {
-			case <-x.done:
-				return x.closeErr()
-			default:
-			}
-			cancel()
-			// Nothing more is read: a relay still delivering the
-			// agent's last bytes (its GOAWAY) must not block on them.
-			stdoutR.CloseWithError(io.ErrClosedPipe)
-			<-x.done
-			if err := x.closeErr(); errors.Is(err, relay.ErrRelayLost) {
-				// Lost before the cancel: the caller may want to know
-				// the sandbox is out of reach.
-				return err
-			}
-			return nil
-		}
-		// What the agent writes while it shuts down (a GOAWAY) must be
-		// read, or its exit waits on a full pipe; gRPC's reader may be
-		// gone already.
-		drained := make(chan struct{})
-		go func() {
-			io.Copy(io.Discard, stdoutR)
-			close(drained)
-		}()
-		defer func() { <-drained }()
-		select {
-		case <-x.done:
-		case <-time.After(exitWait):
-			cancel()
-			<-x.done
-		}
-		cancel()
-		stdoutR.CloseWithError(io.ErrClosedPipe)
-		return x.closeErr()
-	}
-	head := &headBuffer{max: 64 << 10}
-	out := io.TeeReader(stdoutR, head)
-	maxSkip := cfg.MaxBanner
-	if maxSkip <= 0 {
-		maxSkip = DefaultMaxSkip
-	}
+	s := startServe(ctx, cfg, what)
 	type hello struct {
 		c   *Client
 		err error
 	}
 	got := make(chan hello, 1)
 	go func() {
-		c, err := NewClient(readerFunc(func(p []byte) (int, error) {
-			// The tee records the banner and the hello only.
-			if head.full() {
-				return stdoutR.Read(p)
-			}
-			return out.Read(p)
-		}), stdinW, maxSkip, teardown)
+		c, err := NewClient(s.out(), s.stdinW, s.maxSkip(), s.teardown)
 		got <- hello{c, err}
 	}()
 	var h hello
 	select {
 	case h = <-got:
 	case <-ctx.Done():
-		cancel()
+		s.cancel()
 		h = <-got
 		if h.c != nil {
 			h.c.Close()
 		} else {
-			teardown()
+			s.teardown()
 		}
-		return nil, pr, ctx.Err()
+		return nil, probeResult{}, ctx.Err()
 	}
 	if h.err == nil {
-		client = h.c
-		h.c.err = x.err
-		head.stop()
-		return h.c, pr, nil
+		l := h.c.cur
+		s.settled, l.err = l.calls.settled, s.x.err
+		s.head.stop()
+		return h.c, probeResult{}, nil
 	}
 	var verr *VersionError
 	if errors.As(h.err, &verr) {
 		h.c.Close()
-		return nil, pr, h.err
+		return nil, probeResult{}, h.err
 	}
-	teardown()
-	// No hello: the script's probe line, or why the agent did not start.
-	for _, line := range strings.Split(head.String(), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 5 && f[0] == "FERRY-PROBE" {
-			pr = probeResult{os: f[1], machine: f[2], decoder: f[3], dir: f[4]}
-			if f[1] == "Linux" {
-				pr.arch = archOf(f[2])
-			}
-			return nil, pr, errNoAgent
+	s.teardown()
+	pr, err := s.failed()
+	return nil, pr, err
+}
+
+// errNotOurs is an early connection's refusal of an agent that is not
+// a build of ours (see ours).
+type errNotOurs struct{ h Hello }
+
+func (e *errNotOurs) Error() string { return "agent: not a build of this ferry: " + e.h.String() }
+
+// serveEarly runs the serve script and returns a client whose calls go
+// at once, before the agent's hello (DialConfig.Memory). When the hello
+// turns out not to be our agent's, the client's redial takes it from
+// there as Dial would have (settleDial), with what the exec printed.
+func serveEarly(ctx context.Context, cfg DialConfig) (*Client, error) {
+	s := startServe(ctx, cfg, "serve")
+	calls := &calls{}
+	s.settled = calls.settled
+	// The host's hello names the build it expects; the agent does not
+	// check it (Serve reads the version only). With builds for two
+	// architectures and the sandbox's not known yet, it is either.
+	var want Binary
+	for _, arch := range []string{"amd64", "arm64"} {
+		if b, ok := cfg.Bundle[arch]; ok {
+			want = b
+			break
 		}
 	}
-	return nil, pr, fmt.Errorf("%w: the agent did not start in %s: %v", ErrUnavailable, cfg.Sandbox, x.exitDesc())
+	check := func(h Hello) error {
+		if !ours(cfg.Bundle, h) {
+			return &errNotOurs{h}
+		}
+		return nil
+	}
+	type result struct {
+		e   *wire.Early
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		e, err := wire.ConnectEarly(s.out(), s.stdinW, s.maxSkip(), s.teardown, want.Digest, check, grpc.WithStatsHandler(calls))
+		got <- result{e, err}
+	}()
+	var r result
+	select {
+	case r = <-got:
+	case <-ctx.Done():
+		s.cancel()
+		if r = <-got; r.e != nil {
+			r.e.CC.Close()
+			r.e.Conn.Close()
+		} else {
+			s.teardown()
+		}
+		return nil, ctx.Err()
+	}
+	if r.err != nil {
+		s.teardown()
+		return nil, fmt.Errorf("start agent in %s: %w", cfg.Sandbox, r.err)
+	}
+	l := &link{hello: Hello{Version: wire.ProtocolVersion, Digest: want.Digest}, cc: r.e.CC, conn: r.e.Conn, calls: calls, err: s.x.err, early: r.e}
+	go func() {
+		// The banner and hello are recorded until the hello is in.
+		if _, err := r.e.Hello(); err == nil {
+			s.head.stop()
+		}
+	}()
+	c := newClient(l)
+	c.redial = func(ctx context.Context, why error) (*link, error) {
+		var (
+			pr      probeResult
+			err     = why
+			d       Dialled
+			notOurs *errNotOurs
+			verr    *VersionError
+		)
+		switch {
+		case errors.Is(why, wire.ErrNotHeard):
+			return nil, why
+		case errors.As(why, &notOurs), errors.As(why, &verr):
+			// A stale agent: settleDial asks again, then installs.
+		default:
+			// No hello: the exec has been torn down, and its output
+			// says why (the probe line, most often).
+			pr, err = s.failed()
+		}
+		nc, err := settleDial(ctx, cfg, &d, nil, pr, err)
+		if errors.Is(err, ErrUnavailable) && cfg.Memory != nil {
+			// The next Dial here finds out at once, and auto mode falls
+			// back to POSIX mode then.
+			cfg.Memory.Remember(cfg.Sandbox, false)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return nc.cur, nil
+	}
+	return c, nil
 }
 
 // install streams the agent build into the sandbox's cache, encoded for

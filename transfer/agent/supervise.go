@@ -102,7 +102,7 @@ type SpawnSpec struct {
 // StateDir: when the state directory already holds spec.RunID, it starts
 // nothing and reports that command, with spawned false.
 func (c *Client) Spawn(ctx context.Context, spec SpawnSpec) (st RunStatus, spawned bool, err error) {
-	resp, err := agentv1.NewSupervisorClient(c.cc).Spawn(ctx, &agentv1.SpawnRequest{
+	resp, err := c.sup.Spawn(ctx, &agentv1.SpawnRequest{
 		StateDir: spec.StateDir, RunId: spec.RunID, Argv: spec.Argv, Env: spec.Env,
 		Workdir: spec.Workdir, Log: spec.Log,
 		TimeoutMs: spec.Timeout.Milliseconds(), KillGraceMs: spec.KillGrace.Milliseconds(),
@@ -116,7 +116,7 @@ func (c *Client) Spawn(ctx context.Context, spec SpawnSpec) (st RunStatus, spawn
 // RunStatus reports the supervised command of stateDir; a state directory
 // without one is RunMissing.
 func (c *Client) RunStatus(ctx context.Context, stateDir string) (RunStatus, error) {
-	st, err := agentv1.NewSupervisorClient(c.cc).Status(ctx, &agentv1.StatusRequest{StateDir: stateDir})
+	st, err := c.sup.Status(ctx, &agentv1.StatusRequest{StateDir: stateDir})
 	if err != nil {
 		return RunStatus{}, c.callErr("status", err)
 	}
@@ -131,7 +131,7 @@ func (c *Client) Signal(ctx context.Context, stateDir string, kill bool) (RunSta
 	if kill {
 		sig = agentv1.Signal_SIGNAL_KILL
 	}
-	st, err := agentv1.NewSupervisorClient(c.cc).Signal(ctx, &agentv1.SignalRequest{StateDir: stateDir, Signal: sig})
+	st, err := c.sup.Signal(ctx, &agentv1.SignalRequest{StateDir: stateDir, Signal: sig})
 	if err != nil {
 		return RunStatus{}, c.callErr("signal", err)
 	}
