@@ -467,7 +467,9 @@ func startBenchLink(b testing.TB, p *linkemu.Profile) *benchSetup {
 	if err := os.Rename(filepath.Join(certs, "client"), filepath.Join(cfg, "openshell", "gateways", "openshell", "mtls")); err != nil {
 		b.Fatal(err)
 	}
-	ferryEnv := append(os.Environ(), "OPENSHELL_GATEWAY_ENDPOINT=https://"+addr, "XDG_CONFIG_HOME="+cfg)
+	// Its caches too (sandbox ids, where the agent answered), shared by
+	// the bench's commands as a user's commands share theirs.
+	ferryEnv := append(os.Environ(), "OPENSHELL_GATEWAY_ENDPOINT=https://"+addr, "XDG_CONFIG_HOME="+cfg, "XDG_CACHE_HOME="+filepath.Join(dir, "cache"))
 	// The sandboxes' TMPDIR, and so their agent cache, is the bench's own
 	// (the gateway gives sandbox commands no TMPDIR of its own).
 	sandboxTmp := filepath.Join(dir, "sandbox-tmp")
