@@ -112,19 +112,13 @@ func TestDialReplacesStaleAgent(t *testing.T) {
 func TestDialUnavailable(t *testing.T) {
 	ctx := context.Background()
 	cfg, _ := sandbox(t, false)
-	other := "arm64"
-	if runtime.GOARCH == "arm64" {
-		other = "amd64"
-	}
-	b := cfg.Bundle[runtime.GOARCH]
-	b.Arch = other
 	tests := []struct {
 		name   string
 		bundle agent.Bundle
 		want   string
 	}{
 		{"no builds", nil, "carries no agent"},
-		{"other arch only", agent.Bundle{other: b}, "no agent build for Linux"},
+		{"other arch only", otherArchOnly(cfg.Bundle), "no agent build for Linux"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -135,6 +129,18 @@ func TestDialUnavailable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// otherArchOnly is b's build for this machine, relabelled as the other
+// architecture's, and nothing else: a bundle with no build for here.
+func otherArchOnly(b agent.Bundle) agent.Bundle {
+	other := "arm64"
+	if runtime.GOARCH == "arm64" {
+		other = "amd64"
+	}
+	bin := b[runtime.GOARCH]
+	bin.Arch = other
+	return agent.Bundle{other: bin}
 }
 
 // TestDialDecoders installs through each encoding a sandbox may be able to

@@ -61,6 +61,27 @@ func installed(t *testing.T, cfg agent.DialConfig) {
 	c.Close()
 }
 
+// dialed dials cfg, and closes the client when t ends.
+func dialed(t *testing.T, cfg agent.DialConfig) (*agent.Client, agent.Dialled) {
+	t.Helper()
+	c, d, err := agent.Dial(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, d
+}
+
+// files writes each name into dir, holding its name.
+func files(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // callFirst holds back the agent's output until the host has sent, after
 // its hello and HTTP/2 preface, a HEADERS frame: a call. A host that
 // waited for the agent's hello before its first call would wait forever;
@@ -133,15 +154,9 @@ func TestEarlyDialCallsFirst(t *testing.T) {
 	installed(t, cfg)
 	cf := &callFirst{Execer: cfg.X}
 	cfg.X, cfg.Memory = cf, remembering(cfg.Sandbox)
-	if err := os.WriteFile(filepath.Join(ws, "f"), []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	files(t, ws, "f")
 	ctx := context.Background()
-	c, d, err := agent.Dial(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, d := dialed(t, cfg)
 	if d.Execs != 1 || d.Installed {
 		t.Errorf("dial = %+v, want 1 exec, no install", d)
 	}
@@ -158,9 +173,10 @@ func TestEarlyDialCallsFirst(t *testing.T) {
 }
 
 // TestEarlyDialInstalls: where the memory is wrong (no agent cached, or
-// a stale build under our key), the calls that went early are made again
-// on the agent the client installs, with their answers; calls that may
-// not go early (Remove) never reach the stale agent.
+// a stale build under our key), the calls that went early, at once from
+// several goroutines, are made again on the agent the client installs,
+// once, and answered there; a call that waits for the hello (Remove)
+// goes there too.
 func TestEarlyDialInstalls(t *testing.T) {
 	for _, stale := range []bool{false, true} {
 		t.Run(map[bool]string{false: "none cached", true: "stale cached"}[stale], func(t *testing.T) {
@@ -177,17 +193,9 @@ func TestEarlyDialInstalls(t *testing.T) {
 			}
 			cx := &counting{Execer: cfg.X}
 			cfg.X, cfg.Memory = cx, remembering(cfg.Sandbox)
-			for _, n := range []string{"f", "g"} {
-				if err := os.WriteFile(filepath.Join(ws, n), []byte(n), 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}
+			files(t, ws, "f", "g")
 			ctx := context.Background()
-			c, d, err := agent.Dial(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c, d := dialed(t, cfg)
 			if d.Execs != 1 {
 				t.Errorf("dial = %+v, want 1 exec", d)
 			}
@@ -240,20 +248,10 @@ func TestEarlyDialInstalls(t *testing.T) {
 // early, and auto mode falls back to POSIX mode there.
 func TestEarlyDialUnavailable(t *testing.T) {
 	cfg, _ := sandbox(t, false)
-	other := "arm64"
-	if runtime.GOARCH == "arm64" {
-		other = "amd64"
-	}
-	b := cfg.Bundle[runtime.GOARCH]
-	b.Arch = other
-	cfg.Bundle = agent.Bundle{other: b}
+	cfg.Bundle = otherArchOnly(cfg.Bundle)
 	cfg.Memory = remembering(cfg.Sandbox)
 	ctx := context.Background()
-	c, _, err := agent.Dial(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, _ := dialed(t, cfg)
 	for range 2 {
 		if _, err := c.Stat(ctx, "f", false); !errors.Is(err, agent.ErrUnavailable) || !strings.Contains(err.Error(), "no agent build for Linux") {
 			t.Fatalf("stat = %v, want ErrUnavailable saying there is no build", err)
@@ -282,11 +280,7 @@ func TestEarlyDialPutGet(t *testing.T) {
 			}
 			cfg.Memory = remembering(cfg.Sandbox)
 			ctx := context.Background()
-			c, _, err := agent.Dial(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c, _ := dialed(t, cfg)
 			want := bytes.Repeat([]byte("early "), 50000)
 			src := t.TempDir()
 			if err := os.WriteFile(filepath.Join(src, "f"), want, 0o600); err != nil {
@@ -299,11 +293,7 @@ func TestEarlyDialPutGet(t *testing.T) {
 			if err != nil || !bytes.Equal(got, want) {
 				t.Fatalf("put wrote %d bytes (%v), want %d", len(got), err, len(want))
 			}
-			c2, _, err := agent.Dial(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c2.Close()
+			c2, _ := dialed(t, cfg)
 			dst := filepath.Join(t.TempDir(), "out")
 			if _, err := c2.Get(ctx, agent.GetSpec{Dir: "up", Names: []string{"f"}, Local: dst}); err != nil {
 				t.Fatalf("get: %v", err)
@@ -323,11 +313,7 @@ func TestEarlyDialPutGet(t *testing.T) {
 func TestEarlyScanReplays(t *testing.T) {
 	cfg, ws, _ := sandboxWS(t, false)
 	cfg.Memory = remembering(cfg.Sandbox)
-	for _, n := range []string{"a", "b", "c"} {
-		if err := os.WriteFile(filepath.Join(ws, n), bytes.Repeat([]byte(n), 1000), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	files(t, ws, "a", "b", "c")
 	var known []agent.KnownFile
 	for _, n := range []string{"a", "b", "c"} {
 		fi, err := os.Stat(filepath.Join(ws, n))
@@ -341,11 +327,7 @@ func TestEarlyScanReplays(t *testing.T) {
 	for i := range 2100 {
 		known = append(known, agent.KnownFile{Path: fmt.Sprintf("gone/%05d", i), Size: 1})
 	}
-	c, _, err := agent.Dial(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, _ := dialed(t, cfg)
 	for _, e := range scanAll(t, c, ".", known) {
 		if !e.Unchanged {
 			t.Errorf("%s: not unchanged, though the first batch knew it", e.Path)
