@@ -79,6 +79,19 @@ func TestDialInstallsOnceThenReuses(t *testing.T) {
 	}
 }
 
+// plantStale puts another build of the agent under the key of the one
+// cached in the sandbox whose TMPDIR is tmp.
+func plantStale(t *testing.T, tmp string) {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(tmp, ".ferry-*", "agent-*"))
+	if len(matches) != 1 {
+		t.Fatalf("cached agents: %v", matches)
+	}
+	if err := os.WriteFile(matches[0], agenttest.Raw(t, agenttest.BuildVersion(t, "stale")), 0o700); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestDialReplacesStaleAgent(t *testing.T) {
 	ctx := context.Background()
 	cfg, tmp := sandbox(t, true)
@@ -87,15 +100,7 @@ func TestDialReplacesStaleAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-	// Another build now sits under our key.
-	matches, _ := filepath.Glob(filepath.Join(tmp, ".ferry-*", "agent-*"))
-	if len(matches) != 1 {
-		t.Fatalf("cached agents: %v", matches)
-	}
-	stale := agenttest.Raw(t, agenttest.BuildVersion(t, "stale"))
-	if err := os.WriteFile(matches[0], stale, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	plantStale(t, tmp)
 	c, d, err := agent.Dial(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

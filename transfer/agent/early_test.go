@@ -16,7 +16,6 @@ import (
 
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/transfer/agent"
-	"github.com/ferry-dev/ferry/transfer/agent/agenttest"
 	"github.com/ferry-dev/ferry/transfer/archive"
 )
 
@@ -183,13 +182,7 @@ func TestEarlyDialInstalls(t *testing.T) {
 			cfg, ws, tmp := sandboxWS(t, false)
 			if stale {
 				installed(t, cfg)
-				matches, _ := filepath.Glob(filepath.Join(tmp, ".ferry-*", "agent-*"))
-				if len(matches) != 1 {
-					t.Fatalf("cached agents: %v", matches)
-				}
-				if err := os.WriteFile(matches[0], agenttest.Raw(t, agenttest.BuildVersion(t, "stale")), 0o700); err != nil {
-					t.Fatal(err)
-				}
+				plantStale(t, tmp)
 			}
 			cx := &counting{Execer: cfg.X}
 			cfg.X, cfg.Memory = cx, remembering(cfg.Sandbox)
