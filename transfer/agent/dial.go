@@ -377,42 +377,56 @@ func serve(ctx context.Context, cfg DialConfig, probeOnly bool) (*Client, probeR
 		what = "probe"
 	}
 	s := startServe(ctx, cfg, what)
-	type hello struct {
-		c   *Client
-		err error
+	c, cancelled, err := connect(ctx, s, func() (*Client, error) {
+		return NewClient(s.out(), s.stdinW, s.maxSkip(), s.teardown)
+	}, func(c *Client) { c.Close() })
+	if cancelled {
+		return nil, probeResult{}, err
 	}
-	got := make(chan hello, 1)
-	go func() {
-		c, err := NewClient(s.out(), s.stdinW, s.maxSkip(), s.teardown)
-		got <- hello{c, err}
-	}()
-	var h hello
-	select {
-	case h = <-got:
-	case <-ctx.Done():
-		s.cancel()
-		h = <-got
-		if h.c != nil {
-			h.c.Close()
-		} else {
-			s.teardown()
-		}
-		return nil, probeResult{}, ctx.Err()
-	}
-	if h.err == nil {
-		l := h.c.cur
+	if err == nil {
+		l := c.cur
 		s.settled, l.err = l.calls.settled, s.x.err
 		s.head.stop()
-		return h.c, probeResult{}, nil
+		return c, probeResult{}, nil
 	}
 	var verr *VersionError
-	if errors.As(h.err, &verr) {
-		h.c.Close()
-		return nil, probeResult{}, h.err
+	if errors.As(err, &verr) {
+		c.Close()
+		return nil, probeResult{}, err
 	}
 	s.teardown()
 	pr, err := s.failed()
 	return nil, pr, err
+}
+
+// connect runs f, which opens the agent connection on s's streams, and
+// returns what it made. f blocks on the exec (a hello to read, or to
+// write); a ctx that ends first cancels the exec, which ends f, and what
+// f made is closed with drop (the exec torn down when it made nothing):
+// connect then returns the zero T, cancelled, and ctx's error.
+func connect[T comparable](ctx context.Context, s *serveExec, f func() (T, error), drop func(T)) (v T, cancelled bool, err error) {
+	type result struct {
+		v   T
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		v, err := f()
+		got <- result{v, err}
+	}()
+	select {
+	case r := <-got:
+		return r.v, false, r.err
+	case <-ctx.Done():
+		s.cancel()
+		var zero T
+		if r := <-got; r.v != zero {
+			drop(r.v)
+		} else {
+			s.teardown()
+		}
+		return zero, true, ctx.Err()
+	}
 }
 
 // errNotOurs is an early connection's refusal of an agent that is not
@@ -445,36 +459,23 @@ func serveEarly(ctx context.Context, cfg DialConfig) (*Client, error) {
 		}
 		return nil
 	}
-	type result struct {
-		e   *wire.Early
-		err error
+	e, cancelled, err := connect(ctx, s, func() (*wire.Early, error) {
+		return wire.ConnectEarly(s.out(), s.stdinW, s.maxSkip(), s.teardown, want.Digest, check, grpc.WithStatsHandler(calls))
+	}, func(e *wire.Early) {
+		e.CC.Close()
+		e.Conn.Close()
+	})
+	if cancelled {
+		return nil, err
 	}
-	got := make(chan result, 1)
-	go func() {
-		e, err := wire.ConnectEarly(s.out(), s.stdinW, s.maxSkip(), s.teardown, want.Digest, check, grpc.WithStatsHandler(calls))
-		got <- result{e, err}
-	}()
-	var r result
-	select {
-	case r = <-got:
-	case <-ctx.Done():
-		s.cancel()
-		if r = <-got; r.e != nil {
-			r.e.CC.Close()
-			r.e.Conn.Close()
-		} else {
-			s.teardown()
-		}
-		return nil, ctx.Err()
-	}
-	if r.err != nil {
+	if err != nil {
 		s.teardown()
-		return nil, fmt.Errorf("start agent in %s: %w", cfg.Sandbox, r.err)
+		return nil, fmt.Errorf("start agent in %s: %w", cfg.Sandbox, err)
 	}
-	l := &link{hello: Hello{Version: wire.ProtocolVersion, Digest: want.Digest}, cc: r.e.CC, conn: r.e.Conn, calls: calls, err: s.x.err, early: r.e}
+	l := &link{hello: Hello{Version: wire.ProtocolVersion, Digest: want.Digest}, cc: e.CC, conn: e.Conn, calls: calls, err: s.x.err, early: e}
 	go func() {
 		// The banner and hello are recorded until the hello is in.
-		if _, err := r.e.Hello(); err == nil {
+		if _, err := e.Hello(); err == nil {
 			s.head.stop()
 		}
 	}()
