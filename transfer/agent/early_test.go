@@ -327,3 +327,45 @@ func TestEarlyScanReplays(t *testing.T) {
 		}
 	}
 }
+
+// silent runs, in place of every command, one that reads its stdin and
+// says nothing until it ends: a sandbox that never answers.
+type silent struct{ relay.Execer }
+
+func (s silent) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
+	c := *cmd
+	c.Argv = []string{"sh", "-c", "cat >/dev/null"}
+	return s.Execer.Exec(ctx, &c)
+}
+
+// TestDialSilentSandbox: in a sandbox that never answers, a Dial ends
+// with its context, and so does an early client's first call; nothing
+// is left running (TestMain's goleak).
+func TestDialSilentSandbox(t *testing.T) {
+	for _, early := range []bool{false, true} {
+		t.Run(map[bool]string{false: "hello-first", true: "early"}[early], func(t *testing.T) {
+			cfg, _ := sandbox(t, false)
+			cfg.X = silent{cfg.X}
+			if early {
+				cfg.Memory = remembering(cfg.Sandbox)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			c, _, err := agent.Dial(ctx, cfg)
+			if early {
+				if err != nil {
+					t.Fatalf("early dial: %v", err)
+				}
+				_, err = c.Stat(ctx, "f", false)
+				c.Close()
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("err = %v, want the context's deadline", err)
+			}
+			if took := time.Since(start); took > 10*time.Second {
+				t.Fatalf("took %v to give up", took)
+			}
+		})
+	}
+}

@@ -17,8 +17,8 @@ import (
 
 // TestConnectEarly: an early connection writes the host's hello before
 // reading anything, and refuses, before gRPC sees a byte of it, an agent
-// whose hello is not accepted, that prints no hello, or that is closed
-// before it has spoken; its calls then fail as Unavailable.
+// whose hello is not accepted, that prints no hello (or too much banner
+// before one), or that is closed before it has spoken; its calls then fail as Unavailable.
 func TestConnectEarly(t *testing.T) {
 	errRefused := errors.New("not ours")
 	var hello bytes.Buffer
@@ -32,6 +32,8 @@ func TestConnectEarly(t *testing.T) {
 	}{
 		{"refused", append([]byte("banner\n"), hello.Bytes()...), errRefused},
 		{"no hello", []byte("FERRY-PROBE Linux x86_64 zstd /tmp/.ferry-0\n"), wire.ErrNoMagic},
+		// More banner than the host skips, then a hello it never reads.
+		{"banner past the bound", append(bytes.Repeat([]byte("x"), 4<<10), hello.Bytes()...), wire.ErrNoMagic},
 		{"closed first", nil, wire.ErrNotHeard},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
