@@ -6,14 +6,19 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
 )
 
-// h2Frame is an HTTP/2 frame of type typ, flags and stream, with payload.
-func h2Frame(typ, flags byte, stream uint32, payload []byte) []byte {
-	n := len(payload)
-	b := []byte{byte(n >> 16), byte(n >> 8), byte(n), typ, flags, byte(stream >> 24), byte(stream >> 16), byte(stream >> 8), byte(stream)}
-	return append(b, payload...)
+// h2Frame is an HTTP/2 frame of type typ, flags and stream, with payload,
+// as x/net/http2's framer writes it, lookalikes included.
+func h2Frame(typ http2.FrameType, flags http2.Flags, stream uint32, payload []byte) []byte {
+	var b bytes.Buffer
+	if err := http2.NewFramer(&b, nil).WriteRawFrame(typ, flags, stream, payload); err != nil {
+		panic(err)
+	}
+	return b.Bytes()
 }
 
 // TestRTTFromSettingsAck: the agent's round trip ends at the first
@@ -26,11 +31,11 @@ func TestRTTFromSettingsAck(t *testing.T) {
 		t.Fatal(err)
 	}
 	preface := []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-	ack := h2Frame(h2TypeSettings, h2FlagAck, 0, nil)
-	settings := h2Frame(h2TypeSettings, 0, 0, []byte{0, 4, 0, 1, 0, 0})
-	headers := h2Frame(0x1, 0x4, 1, []byte("header block"))
-	data := h2Frame(0x0, 0, 1, append([]byte("x"), ack...))
-	lookalikes := bytes.Join([][]byte{data, h2Frame(h2TypeSettings, h2FlagAck, 1, nil), h2Frame(h2TypeSettings, h2FlagAck, 0, []byte{0, 0, 0, 0, 0, 0})}, nil)
+	ack := h2Frame(http2.FrameSettings, http2.FlagSettingsAck, 0, nil)
+	settings := h2Frame(http2.FrameSettings, 0, 0, []byte{0, 4, 0, 1, 0, 0})
+	headers := h2Frame(http2.FrameHeaders, http2.FlagHeadersEndHeaders, 1, []byte("header block"))
+	data := h2Frame(http2.FrameData, 0, 1, append([]byte("x"), ack...))
+	lookalikes := bytes.Join([][]byte{data, h2Frame(http2.FrameSettings, http2.FlagSettingsAck, 1, nil), h2Frame(http2.FrameSettings, http2.FlagSettingsAck, 0, []byte{0, 0, 0, 0, 0, 0})}, nil)
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 	for _, tc := range []struct {
 		name string
