@@ -50,7 +50,7 @@ func TestRTTFromSettingsAck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for cut := 0; cut <= len(tc.in); cut++ {
 				stream := io.MultiReader(bytes.NewReader(hello.Bytes()), bytes.NewReader(tc.in[:cut]), bytes.NewReader(tc.in[cut:]))
-				h := &helloReader{r: stream, sent: time.Now().Add(-time.Second), known: make(chan struct{}), pre: h2PrefaceLen}
+				h := newHelloReader(stream, time.Now().Add(-time.Second))
 				read, wasKnown := 0, false
 				buf := make([]byte, 7)
 				for {

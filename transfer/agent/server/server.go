@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
@@ -69,7 +70,7 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, cfg Config) error {
 	// hello instead of a round trip later (a gRPC client sends no call
 	// before the server's SETTINGS). The host's hello is still read and
 	// checked before any byte of its HTTP/2 stream.
-	hr := &helloReader{r: r, sent: time.Now(), known: make(chan struct{}), pre: h2PrefaceLen}
+	hr := newHelloReader(r, time.Now())
 	ended := make(chan struct{})
 	var once sync.Once
 	conn := wire.NewStreamConn(hr, w, func() error {
@@ -150,13 +151,13 @@ type helloReader struct {
 	body int
 }
 
-// The HTTP/2 framing helloReader follows (RFC 9113, sections 3.4 and 4.1).
-const (
-	h2PrefaceLen   = 24
-	h2HeaderLen    = 9
-	h2TypeSettings = 0x4
-	h2FlagAck      = 0x1
-)
+// h2HeaderLen is an HTTP/2 frame header's length (RFC 9113, section 4.1).
+const h2HeaderLen = 9
+
+// newHelloReader is the host's stream r, the agent's hello sent at sent.
+func newHelloReader(r io.Reader, sent time.Time) *helloReader {
+	return &helloReader{r: r, sent: sent, known: make(chan struct{}), pre: len(http2.ClientPreface)}
+}
 
 func (h *helloReader) rtt() time.Duration {
 	h.mu.Lock()
@@ -205,7 +206,7 @@ func (h *helloReader) watch(p []byte) {
 			}
 			h.nhdr = 0
 			h.body = int(h.hdr[0])<<16 | int(h.hdr[1])<<8 | int(h.hdr[2])
-			if h.hdr[3] == h2TypeSettings && h.hdr[4]&h2FlagAck != 0 && h.body == 0 && h.hdr[5]&0x7f|h.hdr[6]|h.hdr[7]|h.hdr[8] == 0 {
+			if http2.FrameType(h.hdr[3]) == http2.FrameSettings && http2.Flags(h.hdr[4]).Has(http2.FlagSettingsAck) && h.body == 0 && h.hdr[5]&0x7f|h.hdr[6]|h.hdr[7]|h.hdr[8] == 0 {
 				h.mu.Lock()
 				h.took = max(time.Since(h.sent), time.Microsecond)
 				h.mu.Unlock()
