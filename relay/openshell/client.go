@@ -38,8 +38,10 @@ type Config struct {
 	// for framing, so a message fits a 256 KiB buffer; at most
 	// relay.MaxMessageSize minus room for framing.
 	ChunkSize int
-	// HeaderWait bounds how long Exec waits for the gateway's response
-	// headers before it streams stdin (see Exec). Default 5s.
+	// HeaderWait bounds how long Exec keeps the stdin it sent before the
+	// gateway's response headers, for a second attempt (see Exec); after
+	// it, stdin is no longer kept and no second attempt is made. Default
+	// 5s.
 	HeaderWait time.Duration
 	// Dialer, when set, replaces TCP for reaching the gateway (tests use it
 	// to cut connections).
@@ -62,6 +64,9 @@ type Client struct {
 	ids     map[string]string      // sandbox name -> id
 	lookups map[string]*lookupCall // GetSandbox calls in flight, by name
 	oneShot bool                   // the gateway lacks ExecSandboxInteractive
+
+	// For tests: replay's counts, summed over Execs.
+	stdinStats [3]atomic.Int64
 }
 
 var _ relay.Execer = (*Client)(nil)
@@ -178,10 +183,13 @@ func (b bearer) RequireTransportSecurity() bool { return false }
 
 // Exec implements relay.Execer.
 //
-// The request stream opens with `start`; stdin is streamed only after the
-// gateway's response headers arrive (or HeaderWait passes), so that a
-// gateway without the interactive RPC is detected before any stdin has been
-// consumed, and the call can move to one-shot ExecSandbox without losing it.
+// The request stream opens with `start`, and stdin follows at once, without
+// waiting a round trip for the gateway's response headers: a caller that
+// writes first (an agent's host, with its hello and first calls) reaches
+// the command with the exec itself. Until the headers say the start was
+// accepted, what stdin gave is kept (see replay), so that a gateway without
+// the interactive RPC, or a stale sandbox id, costs a second attempt but
+// no input.
 func (c *Client) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	if err := cmd.Validate(); err != nil {
 		return 0, err
@@ -190,22 +198,25 @@ func (c *Client) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	var in *touchReader
+	var in *replay
 	if cmd.Stdin != nil {
-		in = &touchReader{r: cmd.Stdin}
-		c2 := *cmd
-		c2.Stdin = in
-		cmd = &c2
+		in = newReplay(cmd.Stdin, earlyStdin)
+		defer func() {
+			logged, replayed, inherited := in.counts()
+			c.stdinStats[0].Add(logged)
+			c.stdinStats[1].Add(replayed)
+			c.stdinStats[2].Add(inherited)
+		}()
 	}
-	code, err := c.execOnce(ctx, id, cmd)
+	code, err := c.execOnce(ctx, id, cmd, in)
 	switch {
-	case in.wasRead():
-		// Retrying is safe only while no stdin has been taken.
+	case !in.replayable():
+		// Retrying is safe only while stdin can be given again whole.
 	case errors.Is(err, relay.ErrNotFound):
 		// The id may be stale: the sandbox was recreated under its name.
 		c.forget(cmd.Sandbox)
 		if id2, err2 := c.SandboxID(ctx, cmd.Sandbox); err2 == nil && id2 != id {
-			return c.execOnce(ctx, id2, cmd)
+			return c.execOnce(ctx, id2, cmd, in)
 		}
 	case cached && errors.Is(err, relay.ErrNotReady):
 		// A cached id skipped the lookup that says which phase the
@@ -217,40 +228,29 @@ func (c *Client) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 		if err2 != nil {
 			return 0, err2
 		}
-		return c.execOnce(ctx, id2, cmd)
+		return c.execOnce(ctx, id2, cmd, in)
 	}
 	return code, err
 }
 
-func (c *Client) execOnce(ctx context.Context, id string, cmd *relay.Command) (int, error) {
+// execOnce is one attempt at cmd. Its stdin, when it has one, comes from
+// in, from the first byte.
+func (c *Client) execOnce(ctx context.Context, id string, cmd *relay.Command, in *replay) (int, error) {
 	c.mu.Lock()
 	oneShot := c.oneShot
 	c.mu.Unlock()
 	if oneShot {
-		return c.execOneShot(ctx, id, cmd)
+		return c.execOneShot(ctx, id, cmd, in)
 	}
-	code, err := c.execInteractive(ctx, id, cmd)
+	code, err := c.execInteractive(ctx, id, cmd, in)
 	if errors.Is(err, errUnimplemented) {
 		c.mu.Lock()
 		c.oneShot = true
 		c.mu.Unlock()
-		return c.execOneShot(ctx, id, cmd)
+		return c.execOneShot(ctx, id, cmd, in)
 	}
 	return code, err
 }
-
-// touchReader remembers whether anything was read from it.
-type touchReader struct {
-	r    io.Reader
-	read atomic.Bool
-}
-
-func (t *touchReader) Read(p []byte) (int, error) {
-	t.read.Store(true)
-	return t.r.Read(p)
-}
-
-func (t *touchReader) wasRead() bool { return t != nil && t.read.Load() }
 
 var errUnimplemented = errors.New("openshell: ExecSandboxInteractive not implemented")
 
@@ -275,7 +275,7 @@ func (c *Client) request(id string, cmd *relay.Command) *openshellv1.ExecSandbox
 	return req
 }
 
-func (c *Client) execInteractive(ctx context.Context, id string, cmd *relay.Command) (int, error) {
+func (c *Client) execInteractive(ctx context.Context, id string, cmd *relay.Command, in *replay) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.api.ExecSandboxInteractive(ctx, execcodec.CallOption())
@@ -285,6 +285,30 @@ func (c *Client) execInteractive(ctx context.Context, id string, cmd *relay.Comm
 	if err := stream.Send(&openshellv1.ExecSandboxInput{Payload: &openshellv1.ExecSandboxInput_Start{Start: c.request(id, cmd)}}); err != nil && !errors.Is(err, io.EOF) {
 		return 0, c.rpcError(ctx, cmd, err)
 	}
+
+	// The pump is the only sender from here on (gRPC allows one sender and
+	// one receiver at a time). It is not waited for: it may be blocked in
+	// the caller's Read; cancel makes its next Send fail. What it reads
+	// before the headers is kept by in for an attempt that follows this
+	// one.
+	var rd *replayReader
+	if in != nil {
+		rd = in.reader(ctx)
+		c2 := *cmd
+		c2.Stdin = rd
+		cmd = &c2
+	}
+	stdinErr := make(chan error, 1)
+	go c.pump(ctx, stream, cmd, stdinErr, cancel)
+	failed := func(err error) error {
+		select {
+		case serr := <-stdinErr:
+			return fmt.Errorf("read stdin: %w", serr)
+		default:
+			return err
+		}
+	}
+
 	// Header blocks until the gateway answers or the stream fails; it is
 	// released by cancel at the latest.
 	headers := make(chan error, 1)
@@ -310,25 +334,17 @@ func (c *Client) execInteractive(ctx context.Context, id string, cmd *relay.Comm
 			if rerr == nil || errors.Is(rerr, io.EOF) {
 				return 0, fmt.Errorf("exec in %s: %w: stream ended before headers", cmd.Sandbox, relay.ErrRelayLost)
 			}
-			return 0, c.rpcError(ctx, cmd, rerr)
+			return 0, failed(c.rpcError(ctx, cmd, rerr))
 		}
 	case <-wait.C:
+		// No headers yet, and perhaps none to come before the
+		// command's output (a gateway may hold them): stdin is no
+		// longer kept, and this attempt is the only one.
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, failed(ctx.Err())
 	}
-
-	// The pump is the only sender from here on (gRPC allows one sender and
-	// one receiver at a time). It is not waited for: it may be blocked in
-	// the caller's Read; cancel makes its next Send fail.
-	stdinErr := make(chan error, 1)
-	go c.pump(ctx, stream, cmd, stdinErr, cancel)
-	failed := func(err error) error {
-		select {
-		case serr := <-stdinErr:
-			return fmt.Errorf("read stdin: %w", serr)
-		default:
-			return err
-		}
+	if in != nil {
+		in.commit(rd)
 	}
 
 	code, err := c.deliver(ctx, stream, cmd)
@@ -449,11 +465,14 @@ func (c *Client) pumpStdin(send func(*openshellv1.ExecSandboxInput) error, stdin
 	}
 }
 
-func (c *Client) execOneShot(ctx context.Context, id string, cmd *relay.Command) (int, error) {
+func (c *Client) execOneShot(ctx context.Context, id string, cmd *relay.Command, in *replay) (int, error) {
 	req := c.request(id, cmd)
-	if cmd.Stdin != nil {
+	if in != nil {
+		// The request takes stdin whole: no attempt follows this one.
+		rd := in.reader(ctx)
+		in.commit(rd)
 		room := relay.MaxMessageSize - 64<<10 - len(relay.ShellCommand(cmd.Workdir, cmd.Env, cmd.Argv))
-		b, err := io.ReadAll(io.LimitReader(cmd.Stdin, int64(room)+1))
+		b, err := io.ReadAll(io.LimitReader(rd, int64(room)+1))
 		if err != nil {
 			return 0, fmt.Errorf("read stdin: %w", err)
 		}

@@ -25,3 +25,19 @@ func IDKey(c *Client, name string) string { return c.idKey(name) }
 func EarlyCreds(c credentials.TransportCredentials) credentials.TransportCredentials {
 	return earlyCreds{c}
 }
+
+// StdinStats is what c's Execs read of their stdin: before their
+// headers, again for a second attempt, and by a superseded attempt for
+// the one that followed it.
+type StdinStats struct{ Early, Replayed, Inherited int64 }
+
+func Stdin(c *Client) StdinStats {
+	return StdinStats{c.stdinStats[0].Load(), c.stdinStats[1].Load(), c.stdinStats[2].Load()}
+}
+
+// OneShot reports whether c has fallen back to one-shot ExecSandbox.
+func OneShot(c *Client) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.oneShot
+}
