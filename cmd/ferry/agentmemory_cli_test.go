@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -54,5 +55,52 @@ func TestAgentMemoryCLI(t *testing.T) {
 	}
 	if agents, _ := filepath.Glob(filepath.Join(tmp, ".ferry-*", "agent-*")); len(agents) != 1 {
 		t.Fatalf("cached agents after the copies: %v, want 1, installed again", agents)
+	}
+}
+
+// TestRecreatedSandboxCLI: a sandbox deleted and created again under its
+// name, by a ferry that shares no cache with this one, leaves this one a
+// stale sandbox id and a remembered agent that is not there. The next
+// command's first exec, whose stdin (the agent's hello and first call, or
+// what `ferry exec` is given) left with it, is refused for the id; the
+// retry on the new id gets that stdin again, whole.
+func TestRecreatedSandboxCLI(t *testing.T) {
+	g := activeGateway(t)
+	cache := os.Getenv("XDG_CACHE_HOME")
+	recreate := func(word string) {
+		t.Helper()
+		t.Setenv("XDG_CACHE_HOME", t.TempDir()) // another ferry's cache
+		wantOK(t, runFerry(t, nil, "sandbox", "delete", "box"))
+		wantOK(t, runFerry(t, nil, "sandbox", "create", "-q", "-e", "TMPDIR="+t.TempDir(), "box"))
+		t.Setenv("XDG_CACHE_HOME", cache)
+		writeFile(t, filepath.Join(g.Root, "box", "f"), []byte(word), 0o644)
+	}
+	download := func(want string) {
+		t.Helper()
+		dst := t.TempDir()
+		wantOK(t, runFerry(t, nil, "-q", "cp", "box:f", dst+"/"))
+		if b, err := os.ReadFile(filepath.Join(dst, "f")); err != nil || string(b) != want {
+			t.Fatalf("copied %q, %v; want %q", b, err, want)
+		}
+	}
+	const exec = "/openshell.v1.OpenShell/ExecSandboxInteractive"
+
+	wantOK(t, runFerry(t, nil, "sandbox", "create", "-q", "-e", "TMPDIR="+t.TempDir(), "box"))
+	writeFile(t, filepath.Join(g.Root, "box", "f"), []byte("first"), 0o644)
+	download("first")
+
+	recreate("second")
+	before := g.Calls(exec)
+	download("second")
+	if n := g.Calls(exec) - before; n < 2 {
+		t.Fatalf("%d execs for the copy after the sandbox was recreated, want the stale id's and more", n)
+	}
+
+	recreate("third")
+	// ferry exec's first exec is the command's, stdin and all.
+	data := bytes.Repeat([]byte("piped through a stale id\n"), 20<<10) // past what goes before the headers
+	wantOK(t, runFerry(t, bytes.NewReader(data), "exec", "box", "--", "sh", "-c", "cat >up"))
+	if b, err := os.ReadFile(filepath.Join(g.Root, "box", "up")); err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("piped %d bytes, %v; want %d", len(b), err, len(data))
 	}
 }
