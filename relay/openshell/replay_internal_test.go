@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -199,5 +200,90 @@ func TestReplayInherits(t *testing.T) {
 	}
 	if _, _, inherited := s.counts(); inherited != 5 {
 		t.Fatalf("%d bytes inherited, want the 5 the superseded read took", inherited)
+	}
+}
+
+// randomChunks gives data in reads of random sizes (some empty).
+type randomChunks struct {
+	data []byte
+	rng  *rand.Rand
+}
+
+func (r *randomChunks) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), len(r.data), r.rng.IntN(700))
+	copy(p, r.data[:n])
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// TestReplayRandom drives replay through random attempts: each reads a
+// random part of stdin in random steps (stopping, as a failed attempt
+// does, at the limit before a commit), until one commits and reads to the
+// end. Every attempt must read exactly stdin from its start, and the
+// committed one all of it.
+func TestReplayRandom(t *testing.T) {
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel() // a wait at the limit ends at once, as the attempt's end
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		data := make([]byte, rng.IntN(5000))
+		for i := range data {
+			data[i] = byte(rng.Uint32())
+		}
+		limit := 1 + rng.IntN(3000)
+		s := newReplay(&randomChunks{data: data, rng: rng}, limit)
+		var prev []*replayReader
+		for attempt := 0; ; attempt++ {
+			r := s.reader(stopped)
+			final := attempt == 4 || rng.IntN(3) == 0
+			if final && rng.IntN(2) == 0 {
+				s.commit(r) // one-shot: commits before it reads
+			}
+			var got []byte
+			buf := make([]byte, 1+rng.IntN(900))
+			want := len(data)
+			if !final {
+				want = rng.IntN(len(data) + 1)
+			}
+			for len(got) < want {
+				n, err := r.Read(buf[:min(len(buf), 1+rng.IntN(len(buf)))])
+				got = append(got, buf[:n]...)
+				if err == io.EOF {
+					break
+				}
+				if errors.Is(err, context.Canceled) && !s.done {
+					if final {
+						s.commit(r) // the headers came: the reads go on
+						continue
+					}
+					break // the limit: this attempt fails here
+				}
+				if err != nil {
+					t.Fatalf("seed %d attempt %d: %v", seed, attempt, err)
+				}
+			}
+			if !bytes.Equal(got, data[:len(got)]) {
+				t.Fatalf("seed %d attempt %d: read %d bytes that are not stdin's first", seed, attempt, len(got))
+			}
+			if final {
+				s.commit(r) // the headers, if they have not come yet
+				if len(got) != len(data) {
+					t.Fatalf("seed %d attempt %d: committed attempt read %d of %d bytes", seed, attempt, len(got), len(data))
+				}
+				for _, p := range prev {
+					if _, err := p.Read(buf); !errors.Is(err, errSuperseded) {
+						t.Fatalf("seed %d: an earlier attempt read on after the commit: %v", seed, err)
+					}
+				}
+				if len(s.kept) > 0 {
+					t.Fatalf("seed %d: %d bytes still kept at the end", seed, len(s.kept))
+				}
+				break
+			}
+			prev = append(prev, r)
+		}
 	}
 }
