@@ -29,7 +29,11 @@ type Sandbox struct {
 	Agents agent.Bundle
 	// AgentMemory, when set, remembers where the agent has answered, so
 	// that a later connection there sends its first call without waiting
-	// for the agent's hello (agent.Memory).
+	// for the agent's hello (agent.Memory). Should the agent no longer
+	// run there, Upload, Download, Pull and Manifest in auto mode find
+	// it at that call and go on in POSIX mode; a session's save or
+	// restore, a Run, and a Launcher fail once with
+	// agent.ErrUnavailable, and the sandbox is forgotten.
 	AgentMemory agent.Memory
 	// IdleTimeout ends an Upload, Download, Pull, SaveSession or
 	// RestoreSession (and a Run's transfers) through which next to nothing
@@ -55,6 +59,37 @@ func (s Sandbox) open(ctx context.Context) (transfer.Remote, error) {
 	return transfer.Open(ctx, s.target())
 }
 
+// use runs op on a connection to sb and closes it; a failed Close is an
+// error named by label when op has none.
+//
+// In auto mode, a sandbox that AgentMemory has (its first calls go before
+// the agent's hello) but where the agent can no longer run fails op's
+// first agent call with agent.ErrUnavailable, where Open would have
+// chosen POSIX mode: the early calls changed nothing (the agent reads
+// only until its hello is in), and the memory has forgotten the sandbox.
+// op runs again, on a connection Open makes anew.
+func use[T any](ctx context.Context, sb Sandbox, label string, op func(transfer.Remote) (T, error)) (T, error) {
+	r, err := sb.open(ctx)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	v, err := op(r)
+	if err != nil && sb.Mode == transfer.ModeAuto && sb.AgentMemory != nil && r.Mode() == transfer.ModeAgent && errors.Is(err, agent.ErrUnavailable) {
+		r.Close()
+		sb.log().Info("the agent no longer runs here; opening again", "sandbox", sb.Name, "reason", err)
+		if r, err = sb.open(ctx); err != nil {
+			var zero T
+			return zero, err
+		}
+		v, err = op(r)
+	}
+	if cerr := r.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("%s: %w", label, cerr)
+	}
+	return v, err
+}
+
 // log is s.Logger, or a logger that discards.
 func (s Sandbox) log() *slog.Logger {
 	if s.Logger == nil {
@@ -75,19 +110,15 @@ func Upload(ctx context.Context, sb Sandbox, srcs []string, dst string) (_ trans
 	}
 	ctx, sb, idle := sb.watchIdle(ctx, fmt.Sprintf("upload to %s:%s", sb.Name, dst))
 	defer func() { err = idle.end(err) }()
-	r, err := sb.open(ctx)
+	cs, err := use(ctx, sb, fmt.Sprintf("upload to %s:%s", sb.Name, dst), func(r transfer.Remote) (transfer.Stats, error) {
+		cs, err := transfer.Upload(ctx, r, srcs, dst)
+		cs.Mode = r.Mode().String()
+		return cs, err
+	})
 	if err != nil {
 		return transfer.Stats{}, err
 	}
-	defer r.Close()
-	cs, err := transfer.Upload(ctx, r, srcs, dst)
-	if err != nil {
-		return transfer.Stats{}, err
-	}
-	if err := r.Close(); err != nil {
-		return transfer.Stats{}, fmt.Errorf("upload to %s:%s: %w", sb.Name, dst, err)
-	}
-	cs.Seconds, cs.Mode = time.Since(start).Seconds(), r.Mode().String()
+	cs.Seconds = time.Since(start).Seconds()
 	return cs, nil
 }
 
@@ -102,21 +133,16 @@ func Download(ctx context.Context, sb Sandbox, srcs []string, dst string, limits
 	}
 	ctx, sb, idle := sb.watchIdle(ctx, fmt.Sprintf("download %s:%s", sb.Name, strings.Join(srcs, ",")))
 	defer func() { err = idle.end(err) }()
-	r, err := sb.open(ctx)
+	// "Nothing arrived where something was asked" is transfer.ErrShort,
+	// against the sandbox's own count; an empty directory is a whole copy.
+	total, err := use(ctx, sb, "download from "+sb.Name, func(r transfer.Remote) (transfer.Stats, error) {
+		total, err := transfer.Download(ctx, r, srcs, dst, limits)
+		total.Mode = r.Mode().String()
+		return total, err
+	})
 	if err != nil {
 		return transfer.Stats{}, err
-	}
-	defer r.Close()
-	total, err := transfer.Download(ctx, r, srcs, dst, limits)
-	if err != nil {
-		return transfer.Stats{}, err
-	}
-	// "Nothing arrived where something was asked" is transfer.ErrShort, against
-	// the sandbox's own count; an empty directory is a whole copy.
-	if err := r.Close(); err != nil {
-		return transfer.Stats{}, fmt.Errorf("download from %s: %w", sb.Name, err)
 	}
 	total.Seconds = time.Since(start).Seconds()
-	total.Mode = r.Mode().String()
 	return total, nil
 }

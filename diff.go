@@ -22,19 +22,9 @@ import (
 func Manifest(ctx context.Context, sb Sandbox, dir string, o treediff.Options) (_ *treediff.Manifest, err error) {
 	ctx, sb, idle := sb.watchIdle(ctx, fmt.Sprintf("manifest %s:%s", sb.Name, dir))
 	defer func() { err = idle.end(err) }()
-	r, err := sb.open(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	m, err := treediff.Take(ctx, r, dir, o)
-	if err != nil {
-		return nil, err
-	}
-	if err := r.Close(); err != nil {
-		return nil, fmt.Errorf("manifest %s:%s: %w", sb.Name, dir, err)
-	}
-	return m, nil
+	return use(ctx, sb, fmt.Sprintf("manifest %s:%s", sb.Name, dir), func(r transfer.Remote) (*treediff.Manifest, error) {
+		return treediff.Take(ctx, r, dir, o)
+	})
 }
 
 // Diff is the diff of two manifests of one directory, limited to the

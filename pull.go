@@ -72,15 +72,9 @@ func Pull(ctx context.Context, sb Sandbox, spec PullSpec) (_ PullResult, err err
 	res := PullResult{}
 	ctx, sb, idle := sb.watchIdle(ctx, fmt.Sprintf("pull from %s:%s", sb.Name, spec.metaDir()))
 	defer func() { err = idle.end(err) }()
-	r, err := sb.open(ctx)
-	if err != nil {
-		return res, err
-	}
-	defer r.Close()
-	res, err = pull(ctx, sb, r, spec)
-	if cerr := r.Close(); cerr != nil && err == nil {
-		err = fmt.Errorf("pull from %s: %w", sb.Name, cerr)
-	}
+	res, err = use(ctx, sb, "pull from "+sb.Name, func(r transfer.Remote) (PullResult, error) {
+		return pull(ctx, sb, r, spec)
+	})
 	res.Seconds = time.Since(start).Seconds()
 	return res, err
 }
