@@ -35,8 +35,7 @@ type replay struct {
 	base    int64
 	err     error         // stdin's error, EOF included, once read
 	reading bool          // a Read of r is in flight
-	owner   *replayReader // the attempt that committed
-	done    bool          // committed
+	owner   *replayReader // the attempt that committed; nil before
 	changed chan struct{} // closed at each change of the above
 	// For tests: the bytes kept before the commit, those read again by a
 	// later attempt, and those a superseded attempt read for the owner.
@@ -71,17 +70,17 @@ func (s *replay) replayable() bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.done
+	return s.owner == nil
 }
 
 // commit makes r the only reader from here on and drops what it has read.
 func (s *replay) commit(r *replayReader) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.done {
+	if s.owner != nil {
 		return
 	}
-	s.done, s.owner = true, r
+	s.owner = r
 	s.trim()
 	s.notify()
 }
@@ -116,7 +115,7 @@ func (r *replayReader) Read(p []byte) (int, error) {
 	s := r.s
 	s.mu.Lock()
 	for {
-		if s.done && s.owner != r {
+		if s.owner != nil && s.owner != r {
 			s.mu.Unlock()
 			return 0, errSuperseded
 		}
@@ -126,7 +125,7 @@ func (r *replayReader) Read(p []byte) (int, error) {
 				s.replayed += min(int64(n), s.logged-r.off)
 			}
 			r.off += int64(n)
-			if s.done {
+			if s.owner != nil {
 				s.trim()
 			}
 			s.mu.Unlock()
@@ -137,7 +136,7 @@ func (r *replayReader) Read(p []byte) (int, error) {
 			s.mu.Unlock()
 			return 0, err
 		}
-		full := !s.done && len(s.kept) >= s.limit
+		full := s.owner == nil && len(s.kept) >= s.limit
 		if s.reading || full {
 			wait := s.changed
 			s.mu.Unlock()
@@ -154,7 +153,7 @@ func (r *replayReader) Read(p []byte) (int, error) {
 		// After it, the committed reader reads stdin straight into p:
 		// once no attempt can follow, the bytes need no copy.
 		buf := p
-		if room := s.limit - len(s.kept); !s.done && len(buf) > room {
+		if room := s.limit - len(s.kept); s.owner == nil && len(buf) > room {
 			buf = buf[:room]
 		}
 		s.mu.Unlock()
@@ -169,7 +168,7 @@ func (r *replayReader) Read(p []byte) (int, error) {
 		if n == 0 {
 			continue
 		}
-		if s.done && s.owner == r && len(s.kept) == 0 {
+		if s.owner == r && len(s.kept) == 0 {
 			// Read by the committed reader with nothing kept before it.
 			r.off += int64(n)
 			s.base = r.off
@@ -180,7 +179,7 @@ func (r *replayReader) Read(p []byte) (int, error) {
 		// that has since lost, for the one that won.
 		s.kept = append(s.kept, buf[:n]...)
 		switch {
-		case !s.done:
+		case s.owner == nil:
 			s.logged += int64(n)
 		case s.owner != r:
 			s.inherited += int64(n)
