@@ -70,13 +70,14 @@ func (s *Server) ExecSandboxInteractive(stream grpc.BidiStreamingServer[openshel
 	}
 	// A start that will be refused is refused before the headers, as
 	// upstream refuses it (trailers-only): clients take headers to mean the
-	// start was accepted and begin to stream stdin they cannot take back.
+	// start was accepted. Upstream's CLI sends no stdin before them;
+	// ferry's keeps what it sent before them, to send again elsewhere.
 	a, err := s.admit(req)
 	if err != nil {
 		return err
 	}
-	// Headers go out before any output so a client knows the method exists
-	// before it streams stdin it could not take back.
+	// Headers go out before any output, so that a client knows the method
+	// exists before it lets go of the stdin it has sent.
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
 		return err
 	}
