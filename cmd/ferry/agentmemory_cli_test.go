@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -102,5 +103,41 @@ func TestRecreatedSandboxCLI(t *testing.T) {
 	wantOK(t, runFerry(t, bytes.NewReader(data), "exec", "box", "--", "sh", "-c", "cat >up"))
 	if b, err := os.ReadFile(filepath.Join(g.Root, "box", "up")); err != nil || !bytes.Equal(b, data) {
 		t.Fatalf("piped %d bytes, %v; want %d", len(b), err, len(data))
+	}
+}
+
+// TestRememberedAgentGoneCLI: the sandbox is recreated under its name (by
+// another ferry) where no agent can be installed. The next copy, whose
+// early exec meets a stale id and then no agent, is done in POSIX mode,
+// and the sandbox is forgotten.
+func TestRememberedAgentGoneCLI(t *testing.T) {
+	g := activeGateway(t)
+	wantOK(t, runFerry(t, nil, "sandbox", "create", "-q", "-e", "TMPDIR="+t.TempDir(), "box"))
+	writeFile(t, filepath.Join(g.Root, "box", "f"), []byte("first"), 0o644)
+	wantOK(t, runFerry(t, nil, "-q", "cp", "box:f", t.TempDir()+"/"))
+	memory := filepath.Join(os.Getenv("XDG_CACHE_HOME"), "ferry", "agents")
+	if ents, _ := os.ReadDir(memory); len(ents) != 1 {
+		t.Fatalf("%d memory entries after an agent-mode copy, want 1", len(ents))
+	}
+
+	cache := os.Getenv("XDG_CACHE_HOME")
+	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // another ferry's cache
+	wantOK(t, runFerry(t, nil, "sandbox", "delete", "box"))
+	// Not even root makes a directory in /proc: the install fails.
+	wantOK(t, runFerry(t, nil, "sandbox", "create", "-q", "-e", "TMPDIR=/proc/ferry-none", "box"))
+	t.Setenv("XDG_CACHE_HOME", cache)
+	writeFile(t, filepath.Join(g.Root, "box", "f"), []byte("second"), 0o644)
+
+	dst := t.TempDir()
+	res := runFerry(t, nil, "--json", "cp", "box:f", dst+"/")
+	wantOK(t, res)
+	if b, err := os.ReadFile(filepath.Join(dst, "f")); err != nil || string(b) != "second" {
+		t.Fatalf("copied %q, %v; want %q", b, err, "second")
+	}
+	if !strings.Contains(res.stdout, `"mode":"posix"`) {
+		t.Fatalf("copy output %s, want it done in POSIX mode", res.stdout)
+	}
+	if ents, _ := os.ReadDir(memory); len(ents) != 0 {
+		t.Fatalf("%d memory entries after the agent could not run, want 0", len(ents))
 	}
 }
