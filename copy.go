@@ -74,6 +74,9 @@ func use[T any](ctx context.Context, sb Sandbox, label string, op func(transfer.
 		var zero T
 		return zero, err
 	}
+	// Whichever connection is current, should op panic; Close twice is
+	// harmless, as before.
+	defer func() { r.Close() }()
 	v, err := op(r)
 	if err != nil && sb.Mode == transfer.ModeAuto && sb.AgentMemory != nil && r.Mode() == transfer.ModeAgent && errors.Is(err, agent.ErrUnavailable) {
 		r.Close()
