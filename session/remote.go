@@ -635,8 +635,9 @@ func (st *Store) restoreSnapshot(ctx context.Context, r transfer.Remote, m *Mani
 		stagingPath := path.Join(archive.StagingParent(dest, place), staging)
 		// A stream the host broke off (a chunk it could not read) is
 		// half-closed by Restore, and the agent removes its staging
-		// before it answers; only a lost agent leaves one behind.
-		if c.Lost() {
+		// before it answers; only a lost agent leaves one behind, and
+		// one that never answered (Restore waits for its hello) none.
+		if c.Lost() && !errors.Is(err, agent.ErrUnavailable) {
 			transfer.RemoveStaging(ctx, r.Target(), stagingPath)
 		}
 		var ce *agent.ChunkError

@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path"
@@ -68,7 +69,9 @@ func (a agentRemote) Upload(ctx context.Context, spec UploadSpec, fill Fill) (St
 	if err != nil {
 		stopCount()
 		<-count
-		if a.c.Lost() {
+		// An agent that never answered (the Put waits for its hello)
+		// staged nothing.
+		if a.c.Lost() && !errors.Is(err, agent.ErrUnavailable) {
 			at := []string{path.Join(archive.StagingParent(spec.Dest, spec.Place), staging)}
 			if spec.IntoIfDir {
 				// The agent may have placed into dest instead.
