@@ -30,10 +30,10 @@ type Sandbox struct {
 	// AgentMemory, when set, remembers where the agent has answered, so
 	// that a later connection there sends its first call without waiting
 	// for the agent's hello (agent.Memory). Should the agent no longer
-	// run there, Upload, Download, Pull and Manifest in auto mode find
-	// it at that call and go on in POSIX mode; a session's save or
-	// restore, a Run, and a Launcher fail once with
-	// agent.ErrUnavailable, and the sandbox is forgotten.
+	// run there, Upload, Download, Pull, Manifest, a session's save and
+	// restore, and a Run's inputs in auto mode find it at that call and
+	// go on in POSIX mode, and the sandbox is forgotten. (A Launcher's
+	// sandboxes are in agent mode, where there is nothing to go on in.)
 	AgentMemory agent.Memory
 	// IdleTimeout ends an Upload, Download, Pull, SaveSession or
 	// RestoreSession (and a Run's transfers) through which next to nothing
@@ -78,9 +78,8 @@ func use[T any](ctx context.Context, sb Sandbox, label string, op func(transfer.
 	// harmless, as before.
 	defer func() { r.Close() }()
 	v, err := op(r)
-	if err != nil && sb.Mode == transfer.ModeAuto && sb.AgentMemory != nil && r.Mode() == transfer.ModeAgent && errors.Is(err, agent.ErrUnavailable) {
+	if sb.agentGone(r, err) {
 		r.Close()
-		sb.log().Info("the agent no longer runs here; opening again", "sandbox", sb.Name, "reason", err)
 		if r, err = sb.open(ctx); err != nil {
 			var zero T
 			return zero, err
@@ -91,6 +90,19 @@ func use[T any](ctx context.Context, sb Sandbox, label string, op func(transfer.
 		err = fmt.Errorf("%s: %w", label, cerr)
 	}
 	return v, err
+}
+
+// agentGone reports whether err, from an operation through r, is the
+// agent of a remembered sandbox that no longer runs there, found at the
+// first agent call (see use): the operation changed nothing in the
+// sandbox, and opening it again reaches it in POSIX mode. It logs that
+// the operation goes on that way.
+func (s Sandbox) agentGone(r transfer.Remote, err error) bool {
+	if err == nil || r == nil || s.Mode != transfer.ModeAuto || s.AgentMemory == nil || r.Mode() != transfer.ModeAgent || !errors.Is(err, agent.ErrUnavailable) {
+		return false
+	}
+	s.log().Info("the agent no longer runs here; opening again", "sandbox", s.Name, "reason", err)
+	return true
 }
 
 // log is s.Logger, or a logger that discards.

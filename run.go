@@ -231,10 +231,18 @@ func prepareIdle(ctx context.Context, sb Sandbox, spec RunSpec, h *idleHandoff) 
 	if err != nil {
 		return nil, nil, err
 	}
+	sessions, err := prepareRun(ctx, sb, r, spec)
+	if sb.agentGone(r, err) {
+		// Nothing reached the sandbox: the phase runs again whole.
+		r.Close()
+		if r, err = sb.open(ctx); err != nil {
+			return nil, nil, err
+		}
+		sessions, err = prepareRun(ctx, sb, r, spec)
+	}
 	if r.Agent() != nil {
 		kept = r
 	}
-	sessions, err := prepareRun(ctx, sb, r, spec)
 	if err != nil {
 		if kept == nil {
 			r.Close()

@@ -34,8 +34,14 @@ func SaveSession(ctx context.Context, sb Sandbox, st *session.Store, spec sessio
 	ctx = idle.withHold(ctx)
 	// The sandbox is reached while the store's part of the save runs.
 	o := openAsync(ctx, sb)
-	defer o.close()
+	defer func() { o.close() }()
 	res, err := st.SaveVia(ctx, sb.Name, o.wait, spec)
+	if sb.agentGone(o.remote(), err) {
+		// A save that failed committed nothing: it runs again whole.
+		o.close()
+		o = openAsync(ctx, sb)
+		res, err = st.SaveVia(ctx, sb.Name, o.wait, spec)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -61,7 +67,7 @@ func RestoreSession(ctx context.Context, sb Sandbox, st *session.Store, spec ses
 	// The snapshot is loaded and checked, and its chunks encoded if they
 	// may stream, while the sandbox is reached.
 	o := openAsync(ctx, sb)
-	defer o.close()
+	defer func() { o.close() }()
 	plan, err := st.PlanRestore(ctx, spec, sb.target())
 	if err != nil {
 		return session.RestoreResult{}, err
@@ -91,6 +97,17 @@ func RestoreSession(ctx context.Context, sb Sandbox, st *session.Store, spec ses
 		return session.RestoreResult{}, err
 	}
 	res, err := plan.To(ctx, r)
+	if sb.agentGone(r, err) {
+		// Nothing was written; a plan runs again (a plan made for the
+		// agent checks the snapshot's chunks before it runs in POSIX
+		// mode).
+		o.close()
+		o = openAsync(ctx, sb)
+		if r, err = o.wait(ctx); err != nil {
+			return session.RestoreResult{}, err
+		}
+		res, err = plan.To(ctx, r)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -157,6 +174,18 @@ func (o *opening) wait(ctx context.Context) (transfer.Remote, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// remote is the remote once it is reached, else nil.
+func (o *opening) remote() transfer.Remote {
+	select {
+	case <-o.done:
+		if o.err == nil {
+			return o.r
+		}
+	default:
+	}
+	return nil
 }
 
 // close stops a setup still under way, waits for it, and closes the

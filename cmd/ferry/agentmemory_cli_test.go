@@ -109,35 +109,73 @@ func TestRecreatedSandboxCLI(t *testing.T) {
 // TestRememberedAgentGoneCLI: the sandbox is recreated under its name (by
 // another ferry) where no agent can be installed. The next copy, whose
 // early exec meets a stale id and then no agent, is done in POSIX mode,
-// and the sandbox is forgotten.
+
+// TestRememberedAgentGoneCLI: a sandbox remembered for its agent, deleted
+// and recreated by another ferry (another cache) where no agent can be
+// installed: each command (a copy, a session's save and restore, a run)
+// meets the stale id, replays its early stdin, finds no agent and a failed
+// install, and is done in POSIX mode; the memory forgets the sandbox.
 func TestRememberedAgentGoneCLI(t *testing.T) {
 	g := activeGateway(t)
-	wantOK(t, runFerry(t, nil, "sandbox", "create", "-q", "-e", "TMPDIR="+t.TempDir(), "box"))
-	writeFile(t, filepath.Join(g.Root, "box", "f"), []byte("first"), 0o644)
-	wantOK(t, runFerry(t, nil, "-q", "cp", "box:f", t.TempDir()+"/"))
+	t.Setenv("FERRY_STORE", t.TempDir())
 	memory := filepath.Join(os.Getenv("XDG_CACHE_HOME"), "ferry", "agents")
-	if ents, _ := os.ReadDir(memory); len(ents) != 1 {
-		t.Fatalf("%d memory entries after an agent-mode copy, want 1", len(ents))
-	}
+	for _, tc := range []struct {
+		name string
+		argv func(box string) []string
+		// check is what the command left, beside its JSON.
+		check func(t *testing.T, box string)
+	}{
+		{"cp", func(box string) []string { return []string{"cp", box + ":f", t.TempDir() + "/" + box} },
+			func(t *testing.T, box string) {}},
+		{"session save", func(box string) []string { return []string{"session", "save", box + ":sess", box + "-again"} },
+			func(t *testing.T, box string) {
+				wantOK(t, runFerry(t, nil, "-q", "--mode", "posix", "session", "restore", box+"-again", box+":check"))
+				if b, err := os.ReadFile(filepath.Join(g.Root, box, "check", "a")); err != nil || string(b) != "second" {
+					t.Fatalf("saved %q, %v; want %q", b, err, "second")
+				}
+			}},
+		{"session restore", func(box string) []string { return []string{"session", "restore", box, box + ":restored"} },
+			func(t *testing.T, box string) {
+				if b, err := os.ReadFile(filepath.Join(g.Root, box, "restored", "a")); err != nil || string(b) != "first" {
+					t.Fatalf("restored %q, %v; want %q", b, err, "first")
+				}
+			}},
+		{"run", func(box string) []string {
+			return []string{"run", box, "--in", filepath.Join(g.Root, box, "f") + ":in", "--out", t.TempDir(), "--follow=false", "--", "sh", "-c", "cmp in f && mkdir -p rascal-meta && echo '{}' >rascal-meta/meta.json"}
+		}, func(t *testing.T, box string) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			box := strings.ReplaceAll(tc.name, " ", "-")
+			wantOK(t, runFerry(t, nil, "sandbox", "create", "-q", "-e", "TMPDIR="+t.TempDir(), box))
+			write := func(v string) {
+				writeFile(t, filepath.Join(g.Root, box, "f"), []byte(v), 0o644)
+				writeFile(t, filepath.Join(g.Root, box, "sess", "a"), []byte(v), 0o644)
+			}
+			write("first")
+			wantOK(t, runFerry(t, nil, "-q", "--mode", "posix", "session", "save", box+":sess", box))
+			wantOK(t, runFerry(t, nil, "-q", "cp", box+":f", t.TempDir()+"/"))
+			if ents, _ := os.ReadDir(memory); len(ents) != 1 {
+				t.Fatalf("%d memory entries after an agent-mode copy, want 1", len(ents))
+			}
 
-	cache := os.Getenv("XDG_CACHE_HOME")
-	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // another ferry's cache
-	wantOK(t, runFerry(t, nil, "sandbox", "delete", "box"))
-	// Not even root makes a directory in /proc: the install fails.
-	wantOK(t, runFerry(t, nil, "sandbox", "create", "-q", "-e", "TMPDIR=/proc/ferry-none", "box"))
-	t.Setenv("XDG_CACHE_HOME", cache)
-	writeFile(t, filepath.Join(g.Root, "box", "f"), []byte("second"), 0o644)
+			cache := os.Getenv("XDG_CACHE_HOME")
+			t.Setenv("XDG_CACHE_HOME", t.TempDir()) // another ferry's cache
+			wantOK(t, runFerry(t, nil, "sandbox", "delete", box))
+			// Not even root makes a directory in /proc: the install fails.
+			wantOK(t, runFerry(t, nil, "sandbox", "create", "-q", "-e", "TMPDIR=/proc/ferry-none", box))
+			t.Setenv("XDG_CACHE_HOME", cache)
+			write("second")
 
-	dst := t.TempDir()
-	res := runFerry(t, nil, "--json", "cp", "box:f", dst+"/")
-	wantOK(t, res)
-	if b, err := os.ReadFile(filepath.Join(dst, "f")); err != nil || string(b) != "second" {
-		t.Fatalf("copied %q, %v; want %q", b, err, "second")
-	}
-	if !strings.Contains(res.stdout, `"mode":"posix"`) {
-		t.Fatalf("copy output %s, want it done in POSIX mode", res.stdout)
-	}
-	if ents, _ := os.ReadDir(memory); len(ents) != 0 {
-		t.Fatalf("%d memory entries after the agent could not run, want 0", len(ents))
+			res := runFerry(t, nil, append([]string{"--json"}, tc.argv(box)...)...)
+			wantOK(t, res)
+			if !strings.Contains(res.stdout, `"mode":"posix"`) || strings.Contains(res.stdout, `"mode":"agent"`) {
+				t.Fatalf("output %s, want it done in POSIX mode", res.stdout)
+			}
+			if ents, _ := os.ReadDir(memory); len(ents) != 0 {
+				t.Fatalf("%d memory entries after the agent could not run, want 0", len(ents))
+			}
+			tc.check(t, box)
+			wantOK(t, runFerry(t, nil, "sandbox", "delete", box))
+		})
 	}
 }
