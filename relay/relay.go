@@ -65,6 +65,13 @@ type Command struct {
 	// (upstream's gateway delivers none): send ^D (0x04) for that.
 	// Transports that cannot allocate one fail with ErrNoTTY.
 	TTY bool
+	// EndsAtEOF says the command ends by itself once its stdin reaches
+	// EOF, which every transport delivers when an exec ends early (a
+	// cancel, a lost relay): a transport that would otherwise stop what
+	// the command left running (relay/openshell, see MarkVar) need not.
+	// ferry's agent sets it: its exec is cancelled at the end of every
+	// connection, and a stop would cost an exec each time.
+	EndsAtEOF bool
 	// Size is the terminal's size when TTY is set; zero is the transport's
 	// default (80x24 on OpenShell's streaming exec).
 	Size WindowSize

@@ -51,6 +51,14 @@ type Config struct {
 	// has started, before Exec waits for it (the embedded gateway's
 	// process-launch event).
 	Started func(pid int)
+	// Abandon, for a command without a terminal, leaves the process
+	// running where Exec would kill it (a cancel, the timeout, a failed
+	// stdin or output): its stdin is closed and its output read on and
+	// dropped until it ends by itself. It is how upstream's sandbox
+	// treats an exec whose client went away or timed out, and what
+	// ferry's clients must stop themselves (relay/openshell). Exec still
+	// returns at once, as it would have.
+	Abandon bool
 }
 
 // Runner runs processes on this machine.
@@ -145,30 +153,68 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	stdinErr := make(chan error, 1)
 	go pump(cmd.Stdin, inW, r.cfg.ChunkSize, stdinErr)
 
-	stdout, stderr := orDiscard(cmd.Stdout), orDiscard(cmd.Stderr)
 	var wg sync.WaitGroup
 	copyErr := make(chan error, 2)
+	var outs []*gate
 	for _, p := range []struct {
 		w io.Writer
 		r *os.File
-	}{{stdout, outR}, {stderr, errR}} {
+	}{{cmd.Stdout, outR}, {cmd.Stderr, errR}} {
+		g := &gate{w: orDiscard(p.w), failed: copyErr}
+		outs = append(outs, g)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := copyOut(p.w, p.r, r.cfg.ChunkSize); err != nil {
-				copyErr <- err
-			}
+			copyOut(g, p.r, r.cfg.ChunkSize)
 		}()
 	}
 	outputDone := make(chan struct{})
 	go func() { wg.Wait(); close(outputDone) }()
 
-	return r.supervise(ctx, cmd, c, supervised{
+	s := supervised{
 		stdinErr: stdinErr, copyErr: copyErr, outputDone: outputDone,
 		// Once the process has exited, its stdin is of no more use.
 		closeIn:  func() { inW.Close() },
 		closeOut: func() { closeAll(outR, errR) },
-	})
+	}
+	if r.cfg.Abandon {
+		s.abandon = func() {
+			for _, g := range outs {
+				g.drop()
+			}
+		}
+	}
+	return r.supervise(ctx, cmd, c, s)
+}
+
+// gate is an output writer that can be cut off: once dropped, or once
+// its writer has failed (which it reports on failed, once), what comes is
+// read and discarded, so that the process never blocks on a full pipe.
+// drop returns only once no Write to w is in progress, and none follows.
+type gate struct {
+	mu      sync.Mutex
+	w       io.Writer
+	failed  chan<- error
+	dropped bool
+}
+
+func (g *gate) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.dropped {
+		return len(p), nil
+	}
+	if _, err := g.w.Write(p); err != nil {
+		g.dropped = true
+		g.failed <- err
+	}
+	return len(p), nil
+}
+
+func (g *gate) drop() {
+	g.mu.Lock()
+	g.dropped = true
+	g.mu.Unlock()
 }
 
 // supervised is what Exec's pipe and terminal paths hand supervise: the
@@ -178,6 +224,9 @@ type supervised struct {
 	outputDone        <-chan struct{}
 	closeIn           func() // the stdin the process reads, nil when closeOut covers it
 	closeOut          func() // the output side; it ends the copiers
+	// abandon, when set, stops the output reaching the caller, and every
+	// early way out leaves the process running (Config.Abandon).
+	abandon func()
 }
 
 // supervise waits for the started command c: its exit, its timeout, the
@@ -205,8 +254,21 @@ func (r *Runner) supervise(ctx context.Context, cmd *relay.Command, c *exec.Cmd,
 	}
 
 	// finish kills the group, waits for the process and the copiers, and
-	// returns; it is every early path's way out.
+	// returns; it is every early path's way out. An abandoned process
+	// gets its stdin's EOF and runs on; what reaps it, and closes its
+	// output once read to the end, outlives Exec.
 	finish := func() {
+		if s.abandon != nil {
+			s.abandon()
+			closeIn()
+			go func() {
+				<-exited
+				c.Wait()
+				<-s.outputDone
+				s.closeOut()
+			}()
+			return
+		}
 		killGroup(pid)
 		<-exited
 		c.Wait()
@@ -386,19 +448,17 @@ func (w *pipeWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// copyOut copies until EOF. A failed write is returned; a failed read is
-// the pipe being closed under it, which is EOF to us.
-func copyOut(w io.Writer, r *os.File, size int) error {
+// copyOut copies until EOF, that is until a read fails: a closed pipe is
+// EOF to us. The gate takes care of a failed write.
+func copyOut(g *gate, r *os.File, size int) {
 	buf := make([]byte, size)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return werr
-			}
+			g.Write(buf[:n])
 		}
 		if err != nil {
-			return nil
+			return
 		}
 	}
 }

@@ -2,9 +2,15 @@ package local_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -126,4 +132,139 @@ func TestTTY(t *testing.T) {
 		}
 		relaytest.WaitNoMarked(t, marker, 10*time.Second)
 	})
+}
+
+// TestAbandon: with Abandon, a cancel, the timeout or a failed output
+// leave the process running, as upstream's sandbox does: Exec returns as
+// it would have, the process gets its stdin's EOF and goes on (here: to
+// leave a file), and nothing reaches the caller's writers after Exec.
+func TestAbandon(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(cancel context.CancelFunc, cmd *relay.Command, out *failingAfter)
+	}{
+		{"Cancel", func(cancel context.CancelFunc, _ *relay.Command, _ *failingAfter) { cancel() }},
+		{"Timeout", func(context.CancelFunc, *relay.Command, *failingAfter) {}},
+		{"FailedOutput", func(_ context.CancelFunc, _ *relay.Command, out *failingAfter) { out.fail() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			r, err := local.New(local.Config{Dir: dir, Abandon: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			pr, pw := io.Pipe()
+			defer pw.Close()
+			out := &failingAfter{ready: make(chan struct{})}
+			cmd := &relay.Command{
+				Argv:   []string{"sh", "-c", "echo ready; cat >/dev/null; sleep 0.3; : >went-on; while :; do echo more; sleep 0.05; done"},
+				Stdin:  pr,
+				Stdout: out,
+			}
+			if tc.name == "Timeout" {
+				cmd.Timeout = 500 * time.Millisecond
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := r.Exec(ctx, cmd)
+				done <- err
+			}()
+			<-out.ready
+			tc.end(cancel, cmd, out)
+			if tc.name == "FailedOutput" {
+				// The next line fails the writer.
+				pw.Close()
+			}
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Exec did not return")
+			}
+			writes := out.count()
+			went := filepath.Join(dir, "went-on")
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				if _, err := os.Stat(went); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the abandoned process did not go on past its stdin's EOF")
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+			if n := out.count(); n != writes {
+				t.Fatalf("%d writes to Stdout after Exec returned", n-writes)
+			}
+			// The process is this test's, still running: end it, so
+			// that the reaper Exec left behind ends too.
+			if n := killIn(t, dir); n == 0 {
+				t.Fatal("the abandoned process is gone: it was killed")
+			}
+		})
+	}
+}
+
+// failingAfter is a Stdout that closes ready at the first write and fails
+// every write once fail is called.
+type failingAfter struct {
+	mu     sync.Mutex
+	ready  chan struct{}
+	n      int
+	failed bool
+}
+
+func (f *failingAfter) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		close(f.ready)
+	}
+	f.n++
+	if f.failed {
+		return 0, errors.New("the caller's writer failed")
+	}
+	return len(p), nil
+}
+
+func (f *failingAfter) fail() {
+	f.mu.Lock()
+	f.failed = true
+	f.mu.Unlock()
+}
+
+func (f *failingAfter) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
+// killIn SIGKILLs the processes whose working directory is dir, waits
+// for them to be gone, and returns how many it found at first.
+func killIn(t *testing.T, dir string) int {
+	t.Helper()
+	first := -1
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		n := 0
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			if cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd")); err == nil && cwd == dir {
+				syscall.Kill(pid, syscall.SIGKILL)
+				n++
+			}
+		}
+		if first < 0 {
+			first = n
+		}
+		if n == 0 {
+			return first
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes in %s would not die", dir)
+		}
+	}
 }

@@ -60,9 +60,7 @@ func (r *Runner) execTTY(ctx context.Context, cmd *relay.Command, c *exec.Cmd) (
 	outputDone := make(chan struct{})
 	go func() {
 		defer close(outputDone)
-		if err := copyOut(stdout, master, r.cfg.ChunkSize); err != nil {
-			copyErr <- err
-		}
+		copyOut(&gate{w: stdout, failed: copyErr}, master, r.cfg.ChunkSize)
 	}()
 
 	stopResize := make(chan struct{})
