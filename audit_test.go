@@ -145,7 +145,7 @@ func TestPullAuditGateway(t *testing.T) {
 			t.Errorf("line %d: %s\nwant it to contain %s", i, lines[i], want)
 		}
 	}
-	for _, want := range []string{"end=exit env_keys=TOKEN exit_code=4 stderr_bytes=0 stdin_bytes=16 stdout_bytes=16"} {
+	for _, want := range []string{"end=exit env_keys=FERRY_EXEC_ID,TOKEN exit_code=4 stderr_bytes=0 stdin_bytes=16 stdout_bytes=16"} {
 		if !strings.Contains(lines[4], want) {
 			t.Errorf("exec line %s\nwant %s", lines[4], want)
 		}

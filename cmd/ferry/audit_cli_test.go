@@ -14,6 +14,8 @@ import (
 var (
 	auditTime     = regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z `)
 	auditDuration = regexp.MustCompile(`duration_ms=\d+`)
+	// auditMark is the client's mark (relay.MarkVar) in its stop's argv.
+	auditMark = regexp.MustCompile(`\b[0-9a-f]{32}\b`)
 )
 
 // TestPullAuditGolden drives the real path: an embedded gateway, `ferry
@@ -67,10 +69,13 @@ func TestPullAuditGolden(t *testing.T) {
 	}
 	for _, want := range []string{
 		`exec argv="sh -c 'echo hi; echo oops >&2; exit 3'" duration_ms=`,
-		`end=exit exit_code=3 stderr_bytes=5 stdin_bytes=0 stdout_bytes=3`,
-		`end=exit env_keys=TOKEN exit_code=0 stderr_bytes=0 stdin_bytes=15 stdout_bytes=0 workdir=rascal-meta`,
+		// Each command carries the client's mark (relay.MarkVar).
+		`end=exit env_keys=FERRY_EXEC_ID exit_code=3 stderr_bytes=5 stdin_bytes=0 stdout_bytes=3`,
+		`end=exit env_keys=FERRY_EXEC_ID,TOKEN exit_code=0 stderr_bytes=0 stdin_bytes=15 stdout_bytes=0 workdir=rascal-meta`,
 		`WARN gateway exec argv="sleep 30" duration_ms=`,
-		`end=timeout exit_code=124 stderr_bytes=0 stdin_bytes=0 stdout_bytes=0 timeout_seconds=1`,
+		`end=timeout env_keys=FERRY_EXEC_ID exit_code=124 stderr_bytes=0 stdin_bytes=0 stdout_bytes=0 timeout_seconds=1`,
+		// The client's stop of what the timed-out exec left running.
+		`INFO gateway exec argv="sh -c '_ferry_m=`,
 	} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the audit log lacks %s:\n%s", want, log)
@@ -82,15 +87,17 @@ func TestPullAuditGolden(t *testing.T) {
 	// TestRunEvents); the golden is the gateway's own records.
 	var lines []string
 	for _, l := range strings.SplitAfter(log, "\n") {
-		if !strings.Contains(l, " OCSF sandbox PROC:") {
+		// (Quoted when the command line holds quotes.)
+		if !strings.Contains(l, " OCSF sandbox PROC:") && !strings.Contains(l, ` OCSF sandbox "PROC:`) {
 			lines = append(lines, l)
 		}
 	}
-	if len(lines) < 7 || !strings.Contains(lines[5], "rascal-meta meta.json agent.ndjson") {
-		t.Fatalf("want the pull's own execs after the five records above:\n%s", log)
+	if len(lines) < 8 || !strings.Contains(lines[6], "rascal-meta meta.json agent.ndjson") {
+		t.Fatalf("want the pull's own execs after the six records above:\n%s", log)
 	}
-	masked := auditTime.ReplaceAllString(strings.Join(lines[:5], ""), "TIME ")
+	masked := auditTime.ReplaceAllString(strings.Join(lines[:6], ""), "TIME ")
 	masked = auditDuration.ReplaceAllString(masked, "duration_ms=D")
+	masked = auditMark.ReplaceAllString(masked, "MARK")
 	golden(t, "audit/pull.golden", masked)
 
 	// Human output names the file; --audit needs a gateway.

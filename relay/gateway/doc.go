@@ -16,8 +16,15 @@
 // terminal one cell (upstream asks for 0x0), the streaming RPC's the
 // start's cols and rows (80x24 when unset) and resized by its resize
 // messages, and stdin's end no EOF to the process.
-// Where upstream leaves processes behind (timeout, a vanished client) this
-// gateway kills the whole process group.
+// Where upstream leaves an exec's processes behind (its timeout, a client
+// that went away, a relay that dropped, a refused message mid-stream), so
+// does this gateway: the process gets its stdin's EOF, its output is read
+// and dropped, and it runs on until it ends or its sandbox does. A client
+// must stop such processes itself (relay/openshell does, by relay.MarkVar).
+// Unlike upstream's supervisor, which starts them in its own process
+// group, this gateway starts each in a session of its own, so that none
+// shares the terminal of whoever runs the gateway; ferry's clients do not
+// rely on either.
 //
 // Workspaces are upstream's namespaces of sandbox names (workspaces.go):
 // "default" always exists, others are made with CreateWorkspace, and a

@@ -199,9 +199,13 @@ func (s *Server) exec(stream eventSender, a admitted, stdin io.Reader) error {
 		Env:            s.environ(sb.dir, pb, termOf(cmd.TTY)),
 		Shell:          s.cfg.Shell,
 		KilledExitCode: 1,
-		ChunkSize:      outputChunk,
-		Logger:         s.cfg.Logger.With("sandbox", pb.GetMetadata().GetName()),
-		Cgroup:         cgroup,
+		// Upstream's supervisor kills nothing when the exec's client goes
+		// away or its timeout passes: the process gets its stdin's EOF and
+		// runs on (openshell-supervisor-process/src/ssh.rs, v0.0.111).
+		Abandon:   true,
+		ChunkSize: outputChunk,
+		Logger:    s.cfg.Logger.With("sandbox", pb.GetMetadata().GetName()),
+		Cgroup:    cgroup,
 		Started: func(p int) {
 			pid = p
 			s.logLaunch(id, cmd, p)

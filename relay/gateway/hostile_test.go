@@ -27,17 +27,50 @@ const reapTimeout = 10 * time.Second
 
 // boxFixture is a gateway with one READY sandbox and a raw client for it.
 type boxFixture struct {
-	g  *gatewaytest.Gateway
-	c  openshellv1.OpenShellClient
-	id string
+	g    *gatewaytest.Gateway
+	c    openshellv1.OpenShellClient
+	id   string
+	name string
 }
 
 func newBox(t testing.TB, opts gatewaytest.Options, name string) *boxFixture {
 	t.Helper()
 	g := gatewaytest.Start(t, opts)
 	c, _ := rawClient(t, g)
+	return newBoxOn(t, g, c, name)
+}
+
+// newBoxOn is another sandbox on b's gateway, for a test that ends it.
+func newBoxOn(t testing.TB, g *gatewaytest.Gateway, c openshellv1.OpenShellClient, name string) *boxFixture {
+	t.Helper()
 	sb := createReady(t, c, &openshellv1.CreateSandboxRequest{Spec: &openshellv1.SandboxSpec{}, Name: name})
-	return &boxFixture{g: g, c: c, id: sb.GetMetadata().GetId()}
+	return &boxFixture{g: g, c: c, id: sb.GetMetadata().GetId(), name: name}
+}
+
+// shortName names a sandbox for the exec RPC named rpcName, within
+// the gateway's 19 characters.
+func shortName(rpcName string) string {
+	return map[string]string{"ExecSandbox": "oneshot", "ExecSandboxInteractive": "inter"}[rpcName]
+}
+
+// wantRunsOn checks that the processes marker marks run on once their
+// exec has ended without an exit (a client gone, a timeout, a cut
+// relay, a refused message), as upstream's sandbox lets them: nothing
+// there kills an exec's processes but the end of the sandbox. Deleting
+// the sandbox then ends them.
+func (b *boxFixture) wantRunsOn(t *testing.T, marker string) {
+	t.Helper()
+	// A kill at the exec's end would have come by now.
+	time.Sleep(300 * time.Millisecond)
+	if n := len(relaytest.Marked(marker)); n == 0 {
+		t.Fatal("the exec's processes are gone; upstream's sandbox lets them run on")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
+	defer cancel()
+	if del, err := b.c.DeleteSandbox(ctx, &openshellv1.DeleteSandboxRequest{Name: b.name}); err != nil || !del.GetDeleted() {
+		t.Fatalf("DeleteSandbox = %v, %v", del, err)
+	}
+	relaytest.WaitNoMarked(t, marker, reapTimeout)
 }
 
 func repeat(n int, s string) []string {
@@ -294,6 +327,7 @@ func TestHostileInteractiveProtocol(t *testing.T) {
 	}
 
 	t.Run("SecondStart", func(t *testing.T) {
+		b := newBoxOn(t, b.g, b.c, "second-start")
 		marker := newMarker(t)
 		s, err := b.c.ExecSandboxInteractive(ctxFor(t))
 		if err != nil {
@@ -318,15 +352,18 @@ func TestHostileInteractiveProtocol(t *testing.T) {
 		if r.exited {
 			t.Fatalf("a refused stream reported an exit: %v", r)
 		}
-		relaytest.WaitNoMarked(t, marker, reapTimeout)
+		b.wantRunsOn(t, marker)
 	})
 }
 
 // TestHostileVanishingClient drops the client while a command with
-// background children runs; the gateway must end the whole group.
+// background children runs. As in upstream's sandbox, the command gets
+// its stdin's EOF and runs on, children and all, until the sandbox ends:
+// stopping it is the client's business (relay/openshell's mark).
 func TestHostileVanishingClient(t *testing.T) {
-	b := newBox(t, gatewaytest.Options{}, "box")
-	const script = "sleep 600 & sleep 600 & echo ready; wait"
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c, _ := rawClient(t, g)
+	const script = "sleep 600 & sleep 600 & echo ready; cat >/dev/null; : >stdin-eof; wait"
 
 	vanish := []struct {
 		name string
@@ -339,6 +376,7 @@ func TestHostileVanishingClient(t *testing.T) {
 		for _, v := range vanish {
 			t.Run(rpc.name+"/"+v.name, func(t *testing.T) {
 				t.Parallel()
+				b := newBoxOn(t, g, c, shortName(rpc.name)+"-"+strings.ToLower(v.name[:5]))
 				marker := newMarker(t)
 				c, cc := rawClient(t, b.g)
 				ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
@@ -367,19 +405,30 @@ func TestHostileVanishingClient(t *testing.T) {
 				v.do(cancel, cc)
 				collect(r, s.Recv, nil)
 				wantStatus(t, r.err, codes.Canceled, "")
-				relaytest.WaitNoMarked(t, marker, reapTimeout)
+				eof := filepath.Join(b.g.Root, b.name, "stdin-eof")
+				for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+					if _, err := os.Stat(eof); err == nil {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("the command never read its stdin's EOF after the client vanished")
+					}
+				}
+				b.wantRunsOn(t, marker)
 			})
 		}
 	}
 }
 
-// TestHostileTimeout runs a command past timeout_seconds: exit 124, a
-// clean end of stream, and nothing left running.
+// TestHostileTimeout runs a command past timeout_seconds: exit 124 and a
+// clean end of stream; the command runs on, as in upstream's sandbox.
 func TestHostileTimeout(t *testing.T) {
-	b := newBox(t, gatewaytest.Options{}, "box")
+	g := gatewaytest.Start(t, gatewaytest.Options{})
+	c, _ := rawClient(t, g)
 	for _, rpc := range execRPCs {
 		t.Run(rpc.name, func(t *testing.T) {
 			t.Parallel()
+			b := newBoxOn(t, g, c, shortName(rpc.name))
 			marker := newMarker(t)
 			begin := time.Now()
 			r := rpc.run(ctxFor(t), b.c, &openshellv1.ExecSandboxRequest{
@@ -390,7 +439,7 @@ func TestHostileTimeout(t *testing.T) {
 			if d := time.Since(begin); d < time.Second || d > 10*time.Second {
 				t.Fatalf("a 1s timeout took %v", d)
 			}
-			relaytest.WaitNoMarked(t, marker, reapTimeout)
+			b.wantRunsOn(t, marker)
 		})
 	}
 }
@@ -408,11 +457,14 @@ func TestHostileSignalKilled(t *testing.T) {
 }
 
 // TestHostileCutRelay cuts the stream with the fault hook part way through
-// 8 MiB of output: UNAVAILABLE with upstream's wording, never an exit.
+// 8 MiB of output: UNAVAILABLE with upstream's wording, never an exit; the
+// command runs on, its output read and dropped.
 func TestHostileCutRelay(t *testing.T) {
-	b := newBox(t, gatewaytest.Options{Config: gateway.Config{CutAfter: 1 << 20}}, "box")
+	g := gatewaytest.Start(t, gatewaytest.Options{Config: gateway.Config{CutAfter: 1 << 20}})
+	c, _ := rawClient(t, g)
 	for _, rpc := range execRPCs {
 		t.Run(rpc.name, func(t *testing.T) {
+			b := newBoxOn(t, g, c, shortName(rpc.name))
 			marker := newMarker(t)
 			r := rpc.run(ctxFor(t), b.c, &openshellv1.ExecSandboxRequest{
 				SandboxId: b.id, Command: []string{"sh", "-c", "sleep 600 & head -c 8388608 /dev/zero; wait"},
@@ -425,7 +477,7 @@ func TestHostileCutRelay(t *testing.T) {
 			if n := r.stdout.Len(); n > 1<<20 {
 				t.Fatalf("%d bytes of stdout crossed a relay cut after 1 MiB", n)
 			}
-			relaytest.WaitNoMarked(t, marker, reapTimeout)
+			b.wantRunsOn(t, marker)
 		})
 	}
 }

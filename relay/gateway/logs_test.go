@@ -27,9 +27,10 @@ const (
 	envSecret   = "env-secret-9a7e42"
 )
 
-// logsFixture is a gateway with sandbox "box" on which three execs ran:
+// logsFixture is a gateway with sandbox "box" on which four execs ran:
 // one whose stdin and environment carry secrets (exit 3), one that timed
-// out, and a plain one in a workdir.
+// out (which the client follows with the exec that stops what it left),
+// and two plain ones, the second in a workdir.
 type logsFixture struct {
 	g   *gatewaytest.Gateway
 	c   *openshell.Client
@@ -73,13 +74,18 @@ func (f *logsFixture) logs(t *testing.T, req *openshellv1.GetSandboxLogsRequest)
 // pidRE is a process's pid in an OCSF shorthand: name(pid).
 var pidRE = regexp.MustCompile(`\(\d+\)`)
 
-// messages joins the records' messages, the pids in OCSF ones masked.
+// markRE is the mark (relay.MarkVar) of an exec ferry's client stops.
+var markRE = regexp.MustCompile(`\b[0-9a-f]{32}\b`)
+
+// messages joins the records' messages, the pids and marks in OCSF ones
+// masked.
 func messages(lines []*openshellv1.SandboxLogLine) string {
 	var m []string
 	for _, l := range lines {
 		msg := l.GetMessage()
 		if l.GetLevel() == "OCSF" {
 			msg = pidRE.ReplaceAllString(msg, "(PID)")
+			msg = markRE.ReplaceAllString(msg, "MARK")
 		}
 		m = append(m, msg)
 	}
@@ -104,11 +110,13 @@ func TestGetSandboxLogsRequest(t *testing.T) {
 	// gateway's exec record.
 	e1 := "PROC:LAUNCH [INFO] sh(PID) [cmd:sh -c 'cat >/dev/null; echo out; echo err >&2; exit 3'],PROC:TERMINATE [INFO] sh(PID) [exit:3]"
 	e2 := "PROC:LAUNCH [INFO] sleep(PID) [cmd:sleep 30],PROC:TERMINATE [CRIT] sleep(PID) [exit:124]"
+	// The client's stop of what the timed-out exec left running.
+	stop := "PROC:LAUNCH [INFO] sh(PID) [cmd:sh -c '" + relay.StopScript + "' sh MARK],PROC:TERMINATE [INFO] sh(PID) [exit:0]"
 	e3 := "PROC:LAUNCH [INFO] mkdir(PID) [cmd:mkdir -p 'sub dir'],PROC:TERMINATE [INFO] mkdir(PID) [exit:0]"
 	e4 := "PROC:LAUNCH [INFO] printf(PID) [cmd:printf '%s' 'two words'],PROC:TERMINATE [INFO] printf(PID) [exit:0]"
-	all := "sandbox created,sandbox ready," + e1 + ",exec," + e2 + ",exec," + e3 + ",exec," + e4 + ",exec"
-	gw := "sandbox created,sandbox ready,exec,exec,exec,exec"
-	sb := e1 + "," + e2 + "," + e3 + "," + e4
+	all := "sandbox created,sandbox ready," + e1 + ",exec," + e2 + ",exec," + stop + ",exec," + e3 + ",exec," + e4 + ",exec"
+	gw := "sandbox created,sandbox ready,exec,exec,exec,exec,exec"
+	sb := e1 + "," + e2 + "," + stop + "," + e3 + "," + e4
 	future := time.Now().Add(time.Hour).UnixMilli()
 	for _, tc := range []struct {
 		name  string
@@ -117,22 +125,22 @@ func TestGetSandboxLogsRequest(t *testing.T) {
 		want  string // messages, in order
 		total uint32
 	}{
-		{"defaults", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id}, codes.OK, all, 14},
+		{"defaults", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id}, codes.OK, all, 17},
 		{"lines", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Lines: 2}, codes.OK, "PROC:TERMINATE [INFO] printf(PID) [exit:0],exec", 2},
-		{"lines beyond the buffer", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Lines: 100000}, codes.OK, all, 14},
-		{"since past", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, SinceMs: 1}, codes.OK, all, 14},
-		{"since future", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, SinceMs: future}, codes.OK, "", 14},
-		{"source gateway", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Sources: []string{"gateway"}}, codes.OK, gw, 14},
-		{"source sandbox", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Sources: []string{"sandbox"}}, codes.OK, sb, 14},
-		{"sources either", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Sources: []string{"sandbox", "gateway"}}, codes.OK, all, 14},
-		{"min level info", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, MinLevel: "info"}, codes.OK, all, 14},
-		{"min level warn", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, MinLevel: "WARN"}, codes.OK, "exec", 14},
-		{"min level error", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, MinLevel: "ERROR"}, codes.OK, "", 14},
-		{"min level trace", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, MinLevel: "TRACE"}, codes.OK, all, 14},
-		{"filters after lines", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Lines: 7, MinLevel: "WARN"}, codes.OK, "exec", 7},
-		{"workspace", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Workspace: "default"}, codes.OK, all, 14},
+		{"lines beyond the buffer", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Lines: 100000}, codes.OK, all, 17},
+		{"since past", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, SinceMs: 1}, codes.OK, all, 17},
+		{"since future", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, SinceMs: future}, codes.OK, "", 17},
+		{"source gateway", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Sources: []string{"gateway"}}, codes.OK, gw, 17},
+		{"source sandbox", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Sources: []string{"sandbox"}}, codes.OK, sb, 17},
+		{"sources either", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Sources: []string{"sandbox", "gateway"}}, codes.OK, all, 17},
+		{"min level info", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, MinLevel: "info"}, codes.OK, all, 17},
+		{"min level warn", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, MinLevel: "WARN"}, codes.OK, "exec", 17},
+		{"min level error", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, MinLevel: "ERROR"}, codes.OK, "", 17},
+		{"min level trace", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, MinLevel: "TRACE"}, codes.OK, all, 17},
+		{"filters after lines", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Lines: 10, MinLevel: "WARN"}, codes.OK, "exec", 10},
+		{"workspace", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Workspace: "default"}, codes.OK, all, 17},
 		// Upstream does not look at the workspace: the id names the sandbox.
-		{"other workspace", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Workspace: "other"}, codes.OK, all, 14},
+		{"other workspace", &openshellv1.GetSandboxLogsRequest{SandboxId: f.id, Workspace: "other"}, codes.OK, all, 17},
 		{"unknown id", &openshellv1.GetSandboxLogsRequest{SandboxId: "00000000-0000-4000-8000-000000000000"}, codes.NotFound, "", 0},
 		{"no id", &openshellv1.GetSandboxLogsRequest{}, codes.InvalidArgument, "", 0},
 	} {
@@ -170,8 +178,8 @@ func TestGetSandboxLogsRecords(t *testing.T) {
 		}
 	}
 	logs := fromGateway(resp.GetLogs())
-	if len(logs) != 6 {
-		t.Fatalf("%d records, want 6: %s", len(logs), raw)
+	if len(logs) != 7 {
+		t.Fatalf("%d records, want 7: %s", len(logs), raw)
 	}
 	start := time.Now().Add(-time.Minute).UnixMilli()
 	for _, l := range logs {
@@ -183,14 +191,20 @@ func TestGetSandboxLogsRecords(t *testing.T) {
 		t.Errorf("created record fields %v", got)
 	}
 	for i, want := range []map[string]string{
-		{"argv": `sh -c 'cat >/dev/null; echo out; echo err >&2; exit 3'`, "env_keys": "A_KEY,TOKEN", "end": "exit", "exit_code": "3",
+		// Each command carries the client's mark (relay.MarkVar) in its
+		// environment, the stop (the third) in its arguments.
+		{"argv": `sh -c 'cat >/dev/null; echo out; echo err >&2; exit 3'`, "env_keys": "A_KEY,FERRY_EXEC_ID,TOKEN", "end": "exit", "exit_code": "3",
 			"stdin_bytes": strconv.Itoa(len(stdinSecret)), "stdout_bytes": "4", "stderr_bytes": "4"},
-		{"argv": "sleep 30", "end": "timeout", "exit_code": "124", "timeout_seconds": "1", "stdin_bytes": "0", "stdout_bytes": "0", "stderr_bytes": "0"},
-		{"argv": "mkdir -p 'sub dir'", "end": "exit", "exit_code": "0"},
-		{"argv": "printf '%s' 'two words'", "workdir": "sub dir", "end": "exit", "exit_code": "0", "stdout_bytes": "9"},
+		{"argv": "sleep 30", "env_keys": "FERRY_EXEC_ID", "end": "timeout", "exit_code": "124", "timeout_seconds": "1", "stdin_bytes": "0", "stdout_bytes": "0", "stderr_bytes": "0"},
+		{"end": "exit", "exit_code": "0"},
+		{"argv": "mkdir -p 'sub dir'", "env_keys": "FERRY_EXEC_ID", "end": "exit", "exit_code": "0"},
+		{"argv": "printf '%s' 'two words'", "env_keys": "FERRY_EXEC_ID", "workdir": "sub dir", "end": "exit", "exit_code": "0", "stdout_bytes": "9"},
 	} {
 		l := logs[2+i]
 		got := l.GetFields()
+		if _, ok := want["argv"]; !ok && !strings.HasPrefix(got["argv"], "sh -c '"+relay.StopScript+"' sh ") {
+			t.Errorf("exec %d: argv %q, want the stop script", i, got["argv"])
+		}
 		for k, v := range want {
 			if got[k] != v {
 				t.Errorf("exec %d: %s=%q, want %q (all: %v)", i, k, got[k], v, got)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	openshellv1 "github.com/ferry-dev/ferry/proto/openshell/v1"
+	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/openshell/ocsf"
 )
 
@@ -43,6 +44,7 @@ func TestOCSFProcessEvents(t *testing.T) {
 	}{
 		{"sh", `sh -c 'cat >/dev/null; echo out; echo err >&2; exit 3'`, "informational", 3},
 		{"sleep", "sleep 30", "critical", 124},
+		{"sh", "", "informational", 0}, // the client's stop after the timeout
 		{"mkdir", "mkdir -p 'sub dir'", "informational", 0},
 		{"printf", "printf '%s' 'two words'", "informational", 0},
 	}
@@ -51,6 +53,13 @@ func TestOCSFProcessEvents(t *testing.T) {
 	}
 	for i, w := range want {
 		launch, exit := evs[2*i], evs[2*i+1]
+		if w.cmd == "" && launch.Process != nil {
+			// The stop's arguments end in its random mark.
+			w.cmd = launch.Process.CmdLine
+			if !strings.HasPrefix(w.cmd, "sh -c '"+relay.StopScript+"' sh ") {
+				t.Errorf("exec %d: cmd %q, want the stop script", i, w.cmd)
+			}
+		}
 		if launch.Class != ocsf.ClassProcess || launch.Activity != "launch" || launch.Process == nil ||
 			launch.Process.Name != w.name || launch.Process.PID <= 0 || launch.Process.CmdLine != w.cmd || launch.Severity != "informational" {
 			t.Errorf("exec %d launch %+v %+v; want %s with cmd %q", i, launch, launch.Process, w.name, w.cmd)

@@ -190,10 +190,118 @@ func (b bearer) RequireTransportSecurity() bool { return false }
 // accepted, what stdin gave is kept (see replay), so that a gateway without
 // the interactive RPC, or a stale sandbox id, costs a second attempt but
 // no input.
+//
+// The gateway stops nothing: an exec whose RPC is cancelled, whose relay
+// drops or whose timeout passes gets its stdin's EOF and runs on in the
+// sandbox (upstream's supervisor, v0.0.111). So the command carries a
+// mark (relay.MarkVar), and on each of those ends Exec runs
+// relay.StopScript in the sandbox before it returns, ending every process
+// that still carries the mark.
 func (c *Client) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	if err := cmd.Validate(); err != nil {
 		return 0, err
 	}
+	if cmd.EndsAtEOF && !cmd.TTY {
+		return c.exec(ctx, cmd)
+	}
+	mark := relay.NewMark()
+	marked := *cmd
+	marked.Env = make(map[string]string, len(cmd.Env)+1)
+	for k, v := range cmd.Env {
+		marked.Env[k] = v
+	}
+	marked.Env[relay.MarkVar] = mark
+	if err := marked.Validate(); err != nil {
+		return 0, err
+	}
+	// The RPC outlives a cancel of ctx until the stop is done: ending it
+	// first would give the command its stdin's EOF, and a command that
+	// takes EOF for the end of its input (tar at an entry's boundary)
+	// would act on a part of it.
+	rctx, rcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer rcancel()
+	var cancelStop error
+	execDone := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-ctx.Done():
+			cancelStop = c.stopUntil(ctx, cmd.Sandbox, mark, execDone)
+			rcancel()
+		case <-execDone:
+		}
+	}()
+	start := time.Now()
+	code, err := c.exec(rctx, &marked)
+	close(execDone)
+	<-stopped
+	if ctx.Err() != nil {
+		// Still a cancel; but, should the stop fail, not one that left
+		// nothing behind.
+		return 0, errors.Join(ctx.Err(), cancelStop)
+	}
+	timedOut := err == nil && code == relay.ExitTimeout && cmd.Timeout > 0 && time.Since(start) >= cmd.Timeout
+	if timedOut || errors.Is(err, relay.ErrRelayLost) {
+		if serr := c.stop(ctx, cmd.Sandbox, mark); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}
+	return code, err
+}
+
+// stopWait bounds the stop that follows an exec's abnormal end.
+const stopWait = 15 * time.Second
+
+// stopTries bounds stopUntil: its waits add up to 6.3 s.
+const stopTries = 6
+
+// stopUntil stops what carries mark until done is closed, that is until
+// the exec has ended. The exec's RPC is still open, so that its command
+// gets no EOF while it may yet act on it; but its command may not have
+// started when a stop runs (upstream starts it after its headers, and
+// the stop is an RPC of its own), so the stop runs again, less and less
+// often, while done stays open.
+func (c *Client) stopUntil(ctx context.Context, sandbox, mark string, done <-chan struct{}) error {
+	var err error
+	wait := 100 * time.Millisecond
+	for range stopTries {
+		err = c.stop(ctx, sandbox, mark)
+		t := time.NewTimer(wait)
+		select {
+		case <-done:
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait *= 2
+	}
+	return err
+}
+
+// ErrNotStopped means that what an exec left running in the sandbox,
+// after its cancel, its lost relay or its timeout, may still be running:
+// the exec that would have stopped it failed.
+var ErrNotStopped = errors.New("openshell: cannot stop what the command left running")
+
+// stop ends the processes that carry mark in the sandbox, through an exec
+// of its own that outlives ctx's cancel.
+func (c *Client) stop(ctx context.Context, sandbox, mark string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopWait)
+	defer cancel()
+	var stderr strings.Builder
+	code, err := c.exec(ctx, &relay.Command{Sandbox: sandbox, Argv: []string{"sh", "-c", relay.StopScript, "sh", mark}, Stderr: &stderr})
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w in %s: %w", ErrNotStopped, sandbox, err)
+	case code != 0:
+		return fmt.Errorf("%w in %s: exit %d: %s", ErrNotStopped, sandbox, code, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// exec is Exec without the mark and the stop.
+func (c *Client) exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	id, cached, err := c.readyID(ctx, cmd.Sandbox)
 	if err != nil {
 		return 0, err
@@ -299,7 +407,24 @@ func (c *Client) execInteractive(ctx context.Context, id string, cmd *relay.Comm
 		cmd = &c2
 	}
 	stdinErr := make(chan error, 1)
-	go c.pump(ctx, stream, cmd, stdinErr, cancel)
+	abort := cancel
+	if mark := cmd.Env[relay.MarkVar]; mark != "" {
+		// A broken stdin must not reach the command as its EOF, which
+		// ending the RPC would give it: it is stopped first, until the
+		// exec has ended.
+		ended := make(chan struct{})
+		defer close(ended)
+		abort = func() {
+			// Not when the attempt is over anyway: its ctx is done (the
+			// caller's cancel, which Exec stops), or a later attempt
+			// has the command and stdin.
+			if ctx.Err() == nil && (rd == nil || !rd.superseded()) {
+				_ = c.stopUntil(ctx, cmd.Sandbox, mark, ended)
+			}
+			cancel()
+		}
+	}
+	go c.pump(ctx, stream, cmd, stdinErr, abort)
 	failed := func(err error) error {
 		select {
 		case serr := <-stdinErr:

@@ -108,6 +108,14 @@ type replayReader struct {
 	later bool // not the first attempt's
 }
 
+// superseded reports whether another attempt has committed: r's
+// errors are then no failure of stdin.
+func (r *replayReader) superseded() bool {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	return r.s.owner != nil && r.s.owner != r
+}
+
 func (r *replayReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil

@@ -320,9 +320,20 @@ func (f *failingReader) Read(p []byte) (int, error) {
 // testStdinError: a stdin that fails part way must fail the exec; the
 // process must not see EOF and report success on half its input.
 func testStdinError(t *testing.T, x relay.Execer, box string, _ Harness) {
-	r := run(ctxFor(t, time.Minute), x, &relay.Command{Sandbox: box, Argv: []string{"wc", "-c"}, Stdin: &failingReader{n: 100 << 10}})
+	// What the process does once its input has ended is left in a file,
+	// as a tar's extraction would be: its output may not get back.
+	took := `"${TMPDIR:-/tmp}/ferry-took-$1"`
+	tok := token(t)
+	r := run(ctxFor(t, time.Minute), x, &relay.Command{Sandbox: box, Argv: []string{"sh", "-c", `n=$(wc -c); echo "$n" >` + took, "sh", tok}, Stdin: &failingReader{n: 100 << 10}})
 	if !errors.Is(r.err, errBrokenInput) {
 		t.Fatalf("stdin failing after 100 KiB: code=%d err=%v stdout=%q, want an error wrapping the read error", r.code, r.err, r.stdout)
+	}
+	// The process must never see a broken input end as if it were whole:
+	// a tar would extract, and its caller place, part of an archive. One
+	// that got EOF writes its file at once; give it that long.
+	time.Sleep(500 * time.Millisecond)
+	if c := run(ctxFor(t, time.Minute), x, &relay.Command{Sandbox: box, Argv: []string{"sh", "-c", `cat ` + took + ` && rm -f ` + took, "sh", tok}}); c.code == 0 {
+		t.Fatalf("stdin failing after 100 KiB: the process got EOF and went on, counting %q bytes", bytes.TrimSpace(c.stdout))
 	}
 }
 

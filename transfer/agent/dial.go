@@ -277,6 +277,9 @@ func startServe(ctx context.Context, cfg DialConfig, what string) *serveExec {
 			Stdin:   stdinR,
 			Stdout:  stdoutW,
 			Stderr:  s.stderr,
+			// The agent exits at its stdin's EOF: teardown's cancel
+			// needs no stop after it.
+			EndsAtEOF: true,
 		})
 		s.x.finish(code, err, s.stderr)
 		// Record first, then wake the readers: an RPC that fails because

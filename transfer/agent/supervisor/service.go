@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/ferry-dev/ferry/proto/ferry/agent/v1"
+	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/transfer/agent/internal/wire"
 )
 
@@ -177,6 +178,19 @@ func checkSpawn(req *agentv1.SpawnRequest) error {
 }
 
 // startSupervisor runs `supervise DIR` on this binary and waits until the
+// detachedEnv is env without relay.MarkVar: the supervisor and its
+// command outlive the exec that started them, which its client may end
+// by that mark (relay/openshell) when it is cancelled or its relay drops.
+func detachedEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, relay.MarkVar+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
 // supervisor says the command runs (or could not be started, which it has
 // recorded). Its output goes to the state directory's supervisor.log.
 func startSupervisor(ctx context.Context, dir string) error {
@@ -198,6 +212,7 @@ func startSupervisor(ctx context.Context, dir string) error {
 	// The test binary re-executes itself the same way: its os.Args[0]
 	// stands for the agent's.
 	p, err := os.StartProcess("/proc/self/exe", []string{os.Args[0], "supervise", dir}, &os.ProcAttr{
+		Env:   detachedEnv(os.Environ()),
 		Files: []*os.File{null, logf, logf, w},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	})
