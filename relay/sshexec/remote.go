@@ -34,8 +34,13 @@ func pidFile(id string) string {
 // be created at all (no writable temp dir), line runs unprotected. It exits
 // with line's status, which the shell reports as 128+n for a death by
 // signal n.
+//
+// The wrapper also exports relay.MarkVar=id to line, for the stop to find
+// what line started where its PID leads no process group: OpenShell's
+// supervisor, unlike OpenSSH's sshd, does not start a session's process
+// in a group of its own.
 func wrap(id, line string) string {
-	return `exec 3>&2 2>/dev/null; _ferry_f=` + pidFile(id) + `; if { set -C; echo $$ >"$_ferry_f"; }; then set +C; else set +C; if [ -e "$_ferry_f" ]; then rm -f "$_ferry_f"; exit 137; fi; fi; ` + line + "\n" +
+	return `exec 3>&2 2>/dev/null; ` + relay.MarkVar + `=` + id + `; export ` + relay.MarkVar + `; _ferry_f=` + pidFile(id) + `; if { set -C; echo $$ >"$_ferry_f"; }; then set +C; else set +C; if [ -e "$_ferry_f" ]; then rm -f "$_ferry_f"; exit 137; fi; fi; ` + line + "\n" +
 		`_ferry_s=$?; rm -f "$_ferry_f"; exit $_ferry_s`
 }
 
@@ -77,8 +82,9 @@ func stopScript(id string) string {
 		`rm -f "$_ferry_f"; case $_ferry_g in ''|*[!0-9]*) exit 0;; esac; ` +
 		`_ferry_live() { if [ -r /proc/self/stat ]; then for _ferry_p in /proc/[0-9]*/stat; do read -r _ferry_l 2>/dev/null <"$_ferry_p" || continue; set -- ${_ferry_l##*) }; [ "$3" = "$_ferry_g" ] && [ "$1" != Z ] && [ "$1" != X ] && return 0; done; return 1; fi; kill -0 -$_ferry_g 2>/dev/null; }; ` +
 		// A PID that is not a group leader has no group of its own, so
-		// "kill -TERM -PID" fails rather than hitting some other group.
-		`kill -TERM -$_ferry_g 2>/dev/null || { kill -KILL $_ferry_g 2>/dev/null; exit 0; }; ` +
+		// "kill -TERM -PID" fails rather than hitting some other group:
+		// what the wrapper started is then found by its mark.
+		`kill -TERM -$_ferry_g 2>/dev/null || { _ferry_m="` + relay.MarkVar + `=` + id + `"; ` + relay.StopMarked + `; kill -KILL $_ferry_g 2>/dev/null; exit 0; }; ` +
 		`_ferry_i=0; while [ $_ferry_i -lt 20 ] && _ferry_live; do sleep 0.1 2>/dev/null || sleep 1; _ferry_i=$((_ferry_i+1)); done; ` +
 		`kill -KILL -$_ferry_g 2>/dev/null; exit 0`
 }

@@ -1,14 +1,22 @@
 package sshexec
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/sshexec/sshdtest"
 )
 
@@ -65,4 +73,82 @@ func TestStopBeforeStart(t *testing.T) {
 	if _, err := os.Stat(filepath.Join("/tmp", ".ferry-exec-"+id)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("pid file left after a normal exit: %v", err)
 	}
+}
+
+// TestStopWithoutGroup: where the wrapper leads no process group of its
+// own (OpenShell's supervisor starts a session's process in its own
+// group, not a new one), the stop finds what the command started by the
+// mark the wrapper exported, and ends it.
+func TestStopWithoutGroup(t *testing.T) {
+	tmp := t.TempDir()
+	id := newID()
+	run := func(script string) *exec.Cmd {
+		c := exec.Command("sh", "-c", script)
+		c.Env = append(os.Environ(), "TMPDIR="+tmp)
+		return c
+	}
+	w := run(wrap(id, commandLine("", nil, []string{"sh", "-c", "sleep 300 & sleep 300 & echo ready; wait"})))
+	out, err := w.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		w.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		w.Process.Kill()
+		<-done
+	})
+	line := make([]byte, 6)
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "ready\n" {
+		t.Fatalf("wrapper said %q, %v", line, err)
+	}
+	if pg, err := syscall.Getpgid(w.Process.Pid); err != nil || pg == w.Process.Pid {
+		t.Fatalf("the wrapper leads group %d (%v): the test needs one that does not", pg, err)
+	}
+	// The command's sh and its two sleeps; a child still in its exec has
+	// no readable environment yet, so wait a little for all three.
+	for deadline := time.Now().Add(5 * time.Second); len(markedBy(id)) < 3; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d processes carry the mark, want the command's sh and its two sleeps", len(markedBy(id)))
+		}
+	}
+	if b, err := run(stopScript(id)).CombinedOutput(); err != nil {
+		t.Fatalf("stop: %v: %s", err, b)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wrapper outlived the stop")
+	}
+	if left := markedBy(id); len(left) > 0 {
+		t.Fatalf("processes %v still carry the mark after the stop", left)
+	}
+}
+
+// markedBy lists the live processes whose environment holds
+// relay.MarkVar=mark.
+func markedBy(mark string) []int {
+	want := []byte(relay.MarkVar + "=" + mark)
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		if slices.ContainsFunc(bytes.Split(env, []byte{0}), func(kv []byte) bool { return bytes.Equal(kv, want) }) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
