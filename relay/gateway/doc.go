@@ -45,8 +45,9 @@
 // direct-tcpip to loopback only, pty-req and window-change. Upstream's relay limits hold:
 // 3 connections per token, 20 per sandbox, 64 KiB data frames, tokens
 // valid 86400s (Config.SSHSessionTTL). A revoked or expired token opens no
-// new connection; open ones run on until they end, and a connection's
-// processes end with it.
+// new connection; open ones run on until they end. A session's process
+// without a terminal outlives its channel and its connection, as an
+// exec's outlives its RPC; one on a terminal ends with them.
 //
 // StopSandbox ends every process of a sandbox (its execs, its SSH
 // connections, and what they detached: each sandbox's processes live in a

@@ -658,22 +658,27 @@ func TestSSHRevoke(t *testing.T) {
 }
 
 // TestSSHRelayEnds: whatever ends a relay (a cut, a deleted sandbox, a
-// client that goes away) ends the processes its connection started, and
-// the RPC's status says which.
+// client that goes away) ends its sessions without an exit status, and the
+// RPC's status says which. As in upstream's sandbox, the processes they
+// started run on after a cut or a client gone, until the sandbox is
+// deleted, which ends them.
 func TestSSHRelayEnds(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  gateway.Config
 		end  func(t *testing.T, f relayFixture, cancel context.CancelFunc)
 		code codes.Code
+		// runsOn: the session's process outlives the relay, as in
+		// upstream's sandbox, until the sandbox is deleted.
+		runsOn bool
 	}{
-		{"Cut", gateway.Config{CutAfter: 1 << 20}, nil, codes.Unavailable},
+		{"Cut", gateway.Config{CutAfter: 1 << 20}, nil, codes.Unavailable, true},
 		{"SandboxDeleted", gateway.Config{}, func(t *testing.T, f relayFixture, _ context.CancelFunc) {
 			if _, err := f.c.DeleteSandbox(ctxFor(t), &openshellv1.DeleteSandboxRequest{Name: "box"}); err != nil {
 				t.Fatal(err)
 			}
-		}, codes.Unavailable},
-		{"ClientGone", gateway.Config{}, func(t *testing.T, f relayFixture, cancel context.CancelFunc) { cancel() }, codes.Canceled},
+		}, codes.Unavailable, false},
+		{"ClientGone", gateway.Config{}, func(t *testing.T, f relayFixture, cancel context.CancelFunc) { cancel() }, codes.Canceled, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newRelay(t, tc.cfg)
@@ -728,13 +733,23 @@ func TestSSHRelayEnds(t *testing.T) {
 			if err := sess.Wait(); err == nil || errors.As(err, &ee) {
 				t.Fatalf("a relay that ended reported an exit status: %v", err)
 			}
-			relaytest.WaitNoMarked(t, marker, reapTimeout)
 			if tc.code != codes.Canceled {
 				// The stream's own status; a client that left has none to read.
 				if err := rec.wait(t); status.Code(err) != tc.code {
 					t.Fatalf("relay status %v, want %v", err, tc.code)
 				}
 			}
+			if tc.runsOn {
+				// A kill at the relay's end would have come by now.
+				time.Sleep(300 * time.Millisecond)
+				if len(relaytest.Marked(marker)) == 0 {
+					t.Fatal("the session's process ended with the relay; upstream's sandbox lets it run on")
+				}
+				if _, err := f.c.DeleteSandbox(ctxFor(t), &openshellv1.DeleteSandboxRequest{Name: "box"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			relaytest.WaitNoMarked(t, marker, reapTimeout)
 		})
 	}
 }

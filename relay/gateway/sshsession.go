@@ -33,8 +33,9 @@ const sshOutputGrace = time.Second
 // reaches its process group, the "sftp" subsystem is served in the sandbox
 // directory, and other subsystems are refused. It returns once the
 // channel has closed and its process (or sftp server) and copiers are
-// done; a channel closed before its process exited kills the process
-// group.
+// done, or, for a process without a terminal, once the channel has closed
+// before it exited: that process runs on, as upstream's sandbox lets it
+// (see run). A terminal's process is killed then.
 //
 // The fault hooks act on each session's stdin and output as they act on
 // an exec stream's; a cut ends the whole connection through cut, as a
@@ -154,6 +155,9 @@ type sshProc struct {
 	exited bool // reaped: pid may be reused, nothing may signal it
 	counts execCounts
 	master *os.File // the terminal's, when there is one
+	// abandon: a channel or connection that ends first leaves the
+	// process running (see run).
+	abandon bool
 }
 
 // resize sets the process's terminal's size, as upstream's sandbox does
@@ -212,6 +216,8 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 		_, _ = io.Copy(inW, stdin)
 		inW.Close()
 	})
+	// The copiers are not the session's: a process abandoned with its
+	// channel (see run) is read to its output's end, however long after.
 	var copiers sync.WaitGroup
 	copiers.Add(2)
 	for _, o := range []struct {
@@ -221,19 +227,21 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 		{outR, countWriter{w: &faultWriter{w: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdoutAfter}}, n: &p.counts.stdout}},
 		{errR, countWriter{w: &faultWriter{w: ch.Stderr(), c: fault}, n: &p.counts.stderr}},
 	} {
-		p.wg.Go(func() {
+		go func() {
 			defer copiers.Done()
 			if _, err := io.Copy(o.w, o.r); err != nil && !errors.Is(err, os.ErrClosed) {
-				// The channel is gone: nobody reads the output.
-				p.stop()
+				// The channel is gone: nobody reads the output, which
+				// upstream's sandbox reads on and drops.
+				_, _ = io.Copy(io.Discard, o.r)
 			}
-		})
+		}()
 	}
 	outputDone := make(chan struct{})
-	p.wg.Go(func() {
+	go func() {
 		copiers.Wait()
 		close(outputDone)
-	})
+	}()
+	p.abandon = true
 	start := time.Now()
 	p.wg.Go(func() {
 		end := p.run(ctx, c, outputDone, func() { closeFiles(outR, errR) })
@@ -251,9 +259,10 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 	return p, nil
 }
 
-// run waits for the process, or kills its group when the session or the
-// connection ends first, then reports the exit status on the channel and
-// closes it. The process is reaped only after the last kill of its group
+// run waits for the process, then reports the exit status on the channel
+// and closes it. When the session or the connection ends first, it
+// abandons a process without a terminal (p.abandon) and kills the group
+// of one with a terminal. The process is reaped only after the last kill of its group
 // (see killGroup).
 //
 // It returns how the process ended, as the exec log names it: "exit", or
@@ -279,6 +288,19 @@ func (p *sshProc) run(ctx context.Context, c *exec.Cmd, outputDone <-chan struct
 		killed = true
 	case <-p.quit:
 		killed = true
+	}
+	if killed && p.abandon {
+		// Upstream's sandbox kills nothing when a session's channel or
+		// connection ends: the process gets its stdin's EOF (the pump
+		// ends with the channel), its output is read and dropped, and
+		// it runs on until it ends or its sandbox does.
+		go func() {
+			<-exited
+			reap()
+			<-outputDone
+			closeOutput()
+		}()
+		return "cancel"
 	}
 	if killed {
 		killGroup(p.pid)
