@@ -195,6 +195,16 @@ func (s *Server) Close() {
 	}
 }
 
+// EndProcesses ends every process of every sandbox, as taking the
+// machine down would. An exec's processes outlive the exec, as
+// upstream's do; a test calls this when it is done with its gateway, so
+// that none outlives the test.
+func (s *Server) EndProcesses() {
+	for _, pb := range s.reg.list("", true, nil) {
+		s.endProcs(pb.GetMetadata().GetId())
+	}
+}
+
 // endProcs ends every process sandbox id started, after its execs have
 // ended. Neither a stop nor a delete fails for one that would not die:
 // the sandbox's state has already changed, so the survivors are logged.

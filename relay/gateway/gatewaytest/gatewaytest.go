@@ -250,6 +250,8 @@ func Start(t testing.TB, opts Options) *Gateway {
 	t.Cleanup(func() {
 		gs.Stop()
 		<-done
+		// What the test's execs left running ends with the test.
+		srv.EndProcesses()
 		srv.Close()
 	})
 	if opts.Plaintext {
