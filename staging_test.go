@@ -1,7 +1,6 @@
 package ferry_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +23,7 @@ import (
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/openshell"
+	"github.com/ferry-dev/ferry/relay/relaytest"
 	"github.com/ferry-dev/ferry/session"
 	"github.com/ferry-dev/ferry/transfer/archive"
 	"github.com/ferry-dev/ferry/transfer/transfertest"
@@ -192,19 +191,9 @@ func awaitStale(t *testing.T, dir string, mode transfer.Mode) {
 // end of a node would: nothing in the sandbox gets to clean up. It
 // returns how many it signalled.
 func killSandbox(id string) int {
-	want := []byte("FERRY_SANDBOX_ID=" + id)
 	n := 0
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil {
-			continue
-		}
-		if slices.ContainsFunc(bytes.Split(env, []byte{0}), func(kv []byte) bool { return bytes.Equal(kv, want) }) && syscall.Kill(pid, syscall.SIGKILL) == nil {
+	for _, pid := range relaytest.WithEnv("FERRY_SANDBOX_ID=" + id) {
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
 			n++
 		}
 	}

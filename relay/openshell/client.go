@@ -220,6 +220,7 @@ func (c *Client) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	// would act on a part of it.
 	rctx, rcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer rcancel()
+	var cancelled bool
 	var cancelStop error
 	execDone := make(chan struct{})
 	stopped := make(chan struct{})
@@ -227,6 +228,7 @@ func (c *Client) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 		defer close(stopped)
 		select {
 		case <-ctx.Done():
+			cancelled = true
 			cancelStop = c.stopUntil(ctx, cmd.Sandbox, mark, execDone)
 			rcancel()
 		case <-execDone:
@@ -236,10 +238,12 @@ func (c *Client) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	code, err := c.exec(rctx, &marked)
 	close(execDone)
 	<-stopped
-	if ctx.Err() != nil {
-		// Still a cancel; but, should the stop fail, not one that left
-		// nothing behind.
-		return 0, errors.Join(ctx.Err(), cancelStop)
+	if cancelled {
+		if cancelStop != nil {
+			// Still a cancel; but not one that left nothing behind.
+			return 0, errors.Join(ctx.Err(), cancelStop)
+		}
+		return 0, ctx.Err()
 	}
 	timedOut := err == nil && code == relay.ExitTimeout && cmd.Timeout > 0 && time.Since(start) >= cmd.Timeout
 	if timedOut || errors.Is(err, relay.ErrRelayLost) {

@@ -566,9 +566,13 @@ func clip(b []byte) []byte {
 // Marked lists the PIDs of processes on this machine whose environment
 // holds FERRY_MARKER=marker. Tests use it to prove no process outlives its
 // exec; every peer in the suite runs on this machine.
-func Marked(marker string) []int {
+func Marked(marker string) []int { return WithEnv("FERRY_MARKER=" + marker) }
+
+// WithEnv lists the PIDs of the live (not zombie) processes on this
+// machine whose environment holds the entry kv ("K=v") exactly.
+func WithEnv(kv string) []int {
 	var pids []int
-	want := []byte("FERRY_MARKER=" + marker)
+	want := []byte(kv)
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())

@@ -1,14 +1,11 @@
 package sshexec
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +14,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/ferry-dev/ferry/relay"
+	"github.com/ferry-dev/ferry/relay/relaytest"
 	"github.com/ferry-dev/ferry/relay/sshexec/sshdtest"
 )
 
@@ -82,6 +80,7 @@ func TestStopBeforeStart(t *testing.T) {
 func TestStopWithoutGroup(t *testing.T) {
 	tmp := t.TempDir()
 	id := newID()
+	mark := relay.MarkVar + "=" + id
 	run := func(script string) *exec.Cmd {
 		c := exec.Command("sh", "-c", script)
 		c.Env = append(os.Environ(), "TMPDIR="+tmp)
@@ -113,9 +112,9 @@ func TestStopWithoutGroup(t *testing.T) {
 	}
 	// The command's sh and its two sleeps; a child still in its exec has
 	// no readable environment yet, so wait a little for all three.
-	for deadline := time.Now().Add(5 * time.Second); len(markedBy(id)) < 3; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); len(relaytest.WithEnv(mark)) < 3; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d processes carry the mark, want the command's sh and its two sleeps", len(markedBy(id)))
+			t.Fatalf("%d processes carry the mark, want the command's sh and its two sleeps", len(relaytest.WithEnv(mark)))
 		}
 	}
 	if b, err := run(stopScript(id)).CombinedOutput(); err != nil {
@@ -126,29 +125,7 @@ func TestStopWithoutGroup(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the wrapper outlived the stop")
 	}
-	if left := markedBy(id); len(left) > 0 {
+	if left := relaytest.WithEnv(mark); len(left) > 0 {
 		t.Fatalf("processes %v still carry the mark after the stop", left)
 	}
-}
-
-// markedBy lists the live processes whose environment holds
-// relay.MarkVar=mark.
-func markedBy(mark string) []int {
-	want := []byte(relay.MarkVar + "=" + mark)
-	var pids []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil {
-			continue
-		}
-		if slices.ContainsFunc(bytes.Split(env, []byte{0}), func(kv []byte) bool { return bytes.Equal(kv, want) }) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
