@@ -249,10 +249,7 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 		// The same record as an exec RPC's, for the audit log: the
 		// command line is what the client sent (ferry never puts a secret
 		// in it), never the bytes of stdin or the output.
-		code := -1
-		if c.ProcessState != nil {
-			code = c.ProcessState.ExitCode()
-		}
+		code := p.exitCode(c)
 		s.logTerminate(a.pb.GetMetadata().GetId(), &relay.Command{Argv: argv}, p.pid, code, end)
 		s.logExec(a.pb, &relay.Command{Argv: argv[len(argv)-1:]}, &p.counts, time.Since(start), code, end)
 	})
@@ -331,6 +328,17 @@ func (p *sshProc) run(ctx context.Context, c *exec.Cmd, outputDone <-chan struct
 	_ = p.ch.CloseWrite()
 	_ = p.ch.Close()
 	return "exit"
+}
+
+// exitCode is c's exit code once reaped, else -1: an abandoned process
+// (see run) is reaped later, under p.mu.
+func (p *sshProc) exitCode(c *exec.Cmd) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c.ProcessState == nil {
+		return -1
+	}
+	return c.ProcessState.ExitCode()
 }
 
 // sendExit reports how the process ended, as RFC 4254 section 6.10 says:
@@ -521,10 +529,7 @@ func (s *Server) startPTYProc(ctx context.Context, cut context.CancelCauseFunc, 
 	start := time.Now()
 	p.wg.Go(func() {
 		end := p.run(ctx, c, outputDone, func() { master.Close() })
-		code := -1
-		if c.ProcessState != nil {
-			code = c.ProcessState.ExitCode()
-		}
+		code := p.exitCode(c)
 		s.logTerminate(a.pb.GetMetadata().GetId(), &relay.Command{Argv: argv}, p.pid, code, end)
 		s.logExec(a.pb, &relay.Command{Argv: argv[len(argv)-1:], TTY: true}, &p.counts, time.Since(start), code, end)
 	})
