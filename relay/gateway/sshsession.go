@@ -155,9 +155,6 @@ type sshProc struct {
 	exited bool // reaped: pid may be reused, nothing may signal it
 	counts execCounts
 	master *os.File // the terminal's, when there is one
-	// abandon: a channel or connection that ends first leaves the
-	// process running (see run).
-	abandon bool
 }
 
 // resize sets the process's terminal's size, as upstream's sandbox does
@@ -241,7 +238,6 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 		copiers.Wait()
 		close(outputDone)
 	}()
-	p.abandon = true
 	start := time.Now()
 	p.wg.Go(func() {
 		end := p.run(ctx, c, outputDone, func() { closeFiles(outR, errR) })
@@ -258,8 +254,8 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 
 // run waits for the process, then reports the exit status on the channel
 // and closes it. When the session or the connection ends first, it
-// abandons a process without a terminal (p.abandon) and kills the group
-// of one with a terminal. The process is reaped only after the last kill of its group
+// abandons a process without a terminal and kills the group of one with
+// a terminal. The process is reaped only after the last kill of its group
 // (see killGroup).
 //
 // It returns how the process ended, as the exec log names it: "exit", or
@@ -286,7 +282,7 @@ func (p *sshProc) run(ctx context.Context, c *exec.Cmd, outputDone <-chan struct
 	case <-p.quit:
 		killed = true
 	}
-	if killed && p.abandon {
+	if killed && p.master == nil {
 		// Upstream's sandbox kills nothing when a session's channel or
 		// connection ends: the process gets its stdin's EOF (the pump
 		// ends with the channel), its output is read and dropped, and
