@@ -148,24 +148,27 @@ func TestTTYResize(t *testing.T) {
 	}
 }
 
-// TestTTYStop: a timeout, a client that goes away and a deleted sandbox
-// each end a terminal's whole process group, as they end a pipe exec's.
+// TestTTYStop: a timeout and a client that goes away leave a terminal's
+// processes running, as upstream's sandbox does (its master stays open:
+// no hangup); deleting the sandbox ends them.
 func TestTTYStop(t *testing.T) {
 	b := newBox(t, gatewaytest.Options{}, "box")
 	t.Run("Timeout", func(t *testing.T) {
+		tb := newBoxOn(t, b.g, b.c, "tty-timeout")
 		marker := newMarker(t)
 		r := execInteractive(ctxFor(t), b.c, &openshellv1.ExecSandboxRequest{
-			SandboxId: b.id, Command: []string{"sh", "-c", "sleep 600 & sleep 600; wait"},
+			SandboxId: tb.id, Command: []string{"sh", "-c", "sleep 600 & sleep 600; wait"},
 			Environment: map[string]string{"FERRY_MARKER": marker}, TimeoutSeconds: 1, Tty: true,
 		})
 		wantExit(t, r, 124)
-		relaytest.WaitNoMarked(t, marker, reapTimeout)
+		tb.wantRunsOn(t, marker)
 	})
 	t.Run("Cancel", func(t *testing.T) {
+		tb := newBoxOn(t, b.g, b.c, "tty-cancel")
 		marker := newMarker(t)
 		ctx, cancel := context.WithCancel(ctxFor(t))
 		s, err := startExec(ctx, b.c, "ExecSandboxInteractive", &openshellv1.ExecSandboxRequest{
-			SandboxId: b.id, Command: []string{"sh", "-c", "sleep 600 & echo ready; sleep 600; wait"},
+			SandboxId: tb.id, Command: []string{"sh", "-c", "sleep 600 & echo ready; sleep 600; wait"},
 			Environment: map[string]string{"FERRY_MARKER": marker}, Tty: true,
 		})
 		if err != nil {
@@ -177,7 +180,7 @@ func TestTTYStop(t *testing.T) {
 			t.Fatal(r)
 		}
 		cancel()
-		relaytest.WaitNoMarked(t, marker, reapTimeout)
+		tb.wantRunsOn(t, marker)
 	})
 	t.Run("Delete", func(t *testing.T) {
 		marker := newMarker(t)
@@ -202,14 +205,15 @@ func TestTTYStop(t *testing.T) {
 }
 
 // TestTTYCutRelay: the CutAfter hook cuts a terminal's output as it cuts
-// a pipe's.
+// a pipe's, and its processes run on.
 func TestTTYCutRelay(t *testing.T) {
 	b := newBox(t, gatewaytest.Options{Config: gateway.Config{CutAfter: 64 << 10}}, "box")
 	for _, rpc := range []string{"ExecSandbox", "ExecSandboxInteractive"} {
 		t.Run(rpc, func(t *testing.T) {
+			tb := newBoxOn(t, b.g, b.c, shortName(rpc))
 			marker := newMarker(t)
 			req := &openshellv1.ExecSandboxRequest{
-				SandboxId: b.id, Command: []string{"sh", "-c", "sleep 600 & yes | head -c 8388608; wait"},
+				SandboxId: tb.id, Command: []string{"sh", "-c", "sleep 600 & yes | head -c 8388608; wait"},
 				Environment: map[string]string{"FERRY_MARKER": marker}, Tty: true,
 			}
 			var r *execResult
@@ -222,7 +226,7 @@ func TestTTYCutRelay(t *testing.T) {
 			if r.exited || r.stdout.Len() > 64<<10 {
 				t.Fatalf("a cut stream: %v", r)
 			}
-			relaytest.WaitNoMarked(t, marker, reapTimeout)
+			tb.wantRunsOn(t, marker)
 		})
 	}
 }

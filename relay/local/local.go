@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,7 +35,8 @@ type Config struct {
 	KilledExitCode int
 	// OutputGrace bounds how long Exec waits, after the process has exited,
 	// for its output pipes to close (a background child may hold them).
-	// Past it the process group is killed. Default 1s.
+	// Past it the process group is killed. Default 1s. With Abandon,
+	// upstream's waits apply instead (see SettleOutput).
 	OutputGrace time.Duration
 	// ChunkSize is the largest piece of output handed to Stdout or Stderr
 	// in one Write. Default 32 KiB.
@@ -51,11 +53,14 @@ type Config struct {
 	// has started, before Exec waits for it (the embedded gateway's
 	// process-launch event).
 	Started func(pid int)
-	// Abandon, for a command without a terminal, leaves the process
-	// running where Exec would kill it (a cancel, the timeout, a failed
-	// stdin or output): its stdin is closed and its output read on and
-	// dropped until it ends by itself. It is how upstream's sandbox
-	// treats an exec whose client went away or timed out, and what
+	// Abandon leaves the process running where Exec would kill it (a
+	// cancel, the timeout, a failed stdin or output, output still open
+	// once upstream's waits after the exit are spent): its output is read
+	// on and dropped until it ends by itself, and its stdin is closed, or
+	// on a terminal left without input (a terminal's process gets no
+	// hangup: the master stays open while anything holds the terminal).
+	// It is how upstream's sandbox treats an exec whose client went away
+	// or timed out, or whose background child holds its output, and what
 	// ferry's clients must stop themselves (relay/openshell). Exec still
 	// returns at once, as it would have.
 	Abandon bool
@@ -155,6 +160,7 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 
 	var wg sync.WaitGroup
 	copyErr := make(chan error, 2)
+	streamDone := make(chan struct{}, 2)
 	var outs []*gate
 	for _, p := range []struct {
 		w io.Writer
@@ -166,6 +172,7 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 		go func() {
 			defer wg.Done()
 			copyOut(g, p.r, r.cfg.ChunkSize)
+			streamDone <- struct{}{}
 		}()
 	}
 	outputDone := make(chan struct{})
@@ -173,6 +180,7 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 
 	s := supervised{
 		stdinErr: stdinErr, copyErr: copyErr, outputDone: outputDone,
+		streamDone: streamDone, streams: 2,
 		// Once the process has exited, its stdin is of no more use.
 		closeIn:  func() { inW.Close() },
 		closeOut: func() { closeAll(outR, errR) },
@@ -222,8 +230,12 @@ func (g *gate) drop() {
 type supervised struct {
 	stdinErr, copyErr <-chan error
 	outputDone        <-chan struct{}
-	closeIn           func() // the stdin the process reads, nil when closeOut covers it
-	closeOut          func() // the output side; it ends the copiers
+	// streamDone has a value as each of the `streams` output streams ends
+	// (upstream's waits after the exit count them).
+	streamDone <-chan struct{}
+	streams    int
+	closeIn    func() // the stdin the process reads, nil when closeOut covers it
+	closeOut   func() // the output side; it ends the copiers
 	// abandon, when set, stops the output reaching the caller, and every
 	// early way out leaves the process running (Config.Abandon).
 	abandon func()
@@ -233,7 +245,7 @@ type supervised struct {
 // caller's cancel, a failed stdin or output. Every early way out kills the
 // process group, reaps the process and waits for the copiers; after the
 // exit, output still arriving is taken for OutputGrace, then the group is
-// killed.
+// killed. With Abandon, nothing is killed (see Config.Abandon).
 func (r *Runner) supervise(ctx context.Context, cmd *relay.Command, c *exec.Cmd, s supervised) (int, error) {
 	pid := c.Process.Pid
 	closeIn := func() {
@@ -294,6 +306,9 @@ func (r *Runner) supervise(ctx context.Context, cmd *relay.Command, c *exec.Cmd,
 	case awaitErr = <-exited:
 	}
 	closeIn()
+	if s.abandon != nil {
+		return r.settle(ctx, cmd, c, s, awaitErr)
+	}
 	grace := time.NewTimer(r.cfg.OutputGrace)
 	defer grace.Stop()
 	select {
@@ -313,6 +328,32 @@ func (r *Runner) supervise(ctx context.Context, cmd *relay.Command, c *exec.Cmd,
 	}
 	s.closeOut()
 	// The group is signalled no more: reap.
+	return r.reaped(cmd, c, s, awaitErr)
+}
+
+// settle is supervise after the exit of a process to abandon: its output
+// is waited for as upstream's supervisor waits, and a background child
+// that still holds it is left running, its output dropped.
+func (r *Runner) settle(ctx context.Context, cmd *relay.Command, c *exec.Cmd, s supervised, awaitErr error) (int, error) {
+	if !SettleOutput(ctx, s.streamDone, s.streams) {
+		s.abandon()
+		go func() {
+			<-s.outputDone
+			s.closeOut()
+		}()
+	} else {
+		s.closeOut()
+	}
+	if err := ctx.Err(); err != nil {
+		c.Wait()
+		return 0, err
+	}
+	return r.reaped(cmd, c, s, awaitErr)
+}
+
+// reaped reaps the exited process c, which nothing signals any more, and
+// reports its exit code, or the failure of its stdin or output.
+func (r *Runner) reaped(cmd *relay.Command, c *exec.Cmd, s supervised, awaitErr error) (int, error) {
 	waitErr := c.Wait()
 	if awaitErr != nil && waitErr == nil {
 		waitErr = awaitErr
@@ -434,13 +475,49 @@ func pump(src io.Reader, dst *os.File, size int, failed chan<- error) {
 	}
 }
 
-// pipeWriter tells pump a failed write to the pipe from a failed read.
-type pipeWriter struct {
-	f   *os.File
-	err error
+// SettleOutput waits, once a process has exited, for its output streams
+// to end as upstream's sandbox supervisor waits for its reader threads
+// (openshell-supervisor-process/src/ssh.rs, v0.0.111): up to 2 s for the
+// first to end, then up to 1 s for the second (a terminal has one
+// stream). done has a value as each of the n streams ends. It reports
+// whether all of them did; what a background child writes after that is
+// not the command's output. It returns early, false, once ctx is done.
+func SettleOutput(ctx context.Context, done <-chan struct{}, n int) bool {
+	ended := 0
+	for _, d := range upstreamWaits[:min(n, len(upstreamWaits))] {
+		t := time.NewTimer(d)
+		select {
+		case <-done:
+			ended++
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		}
+		t.Stop()
+	}
+	return ended == n
 }
 
+var upstreamWaits = []time.Duration{2 * time.Second, time.Second}
+
+// pipeWriter tells pump a failed write to the pipe from a failed read.
+// Once abandoned, it writes no more: a terminal's master stays open for
+// the process left running, and what the caller types after Exec has
+// returned is not the command's.
+type pipeWriter struct {
+	f         *os.File
+	err       error
+	abandoned atomic.Bool
+}
+
+var errAbandoned = errors.New("process abandoned")
+
 func (w *pipeWriter) Write(p []byte) (int, error) {
+	if w.abandoned.Load() {
+		w.err = errAbandoned
+		return 0, w.err
+	}
 	n, err := w.f.Write(p)
 	if err != nil {
 		w.err = err

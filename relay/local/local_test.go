@@ -268,3 +268,103 @@ func killIn(t *testing.T, dir string) int {
 		}
 	}
 }
+
+// TestAbandonTTY: a terminal's process, abandoned, gets no hangup and no
+// more input: it runs on (here: to leave a file), and a line typed after
+// Exec has returned never reaches it.
+func TestAbandonTTY(t *testing.T) {
+	dir := t.TempDir()
+	r, err := local.New(local.Config{Dir: dir, Abandon: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	out := &failingAfter{ready: make(chan struct{})}
+	cmd := &relay.Command{
+		Argv:  []string{"sh", "-c", "echo ready; (sleep 0.3; : >went-on) & read line; echo \"$line\" >got; wait; sleep 30"},
+		TTY:   true,
+		Stdin: pr, Stdout: out,
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Exec(ctx, cmd)
+		done <- err
+	}()
+	<-out.ready
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("exec: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Exec did not return")
+	}
+	// The pump, blocked in Read, takes the line; the terminal must not.
+	if _, err := pw.Write([]byte("late\n")); err != nil {
+		t.Fatal(err)
+	}
+	went := filepath.Join(dir, "went-on")
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(went); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned terminal's process did not run on: hung up or killed")
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := os.Stat(filepath.Join(dir, "got")); err == nil {
+		t.Fatal("a line typed after Exec returned reached the abandoned process")
+	}
+	if n := killIn(t, dir); n == 0 {
+		t.Fatal("the abandoned process is gone")
+	}
+}
+
+// TestAbandonSettle: after the exit, a background child that holds the
+// output delays the exit's report as long as upstream's supervisor waits
+// for its readers (2 s for the first stream, 1 s more for the second),
+// and is then left running with its output dropped. (A terminal's
+// background child gets no such wait: the kernel hangs the terminal up
+// when its session leader exits.)
+func TestAbandonSettle(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		script   string
+		min, max time.Duration
+	}{
+		{"NoneHeld", "sleep 30 >/dev/null 2>&1 & echo out; exit 3", 0, 900 * time.Millisecond},
+		{"StdoutHeld", "(sleep 0.1; echo late; sleep 30) 2>/dev/null & echo out; exit 3", 900 * time.Millisecond, 1900 * time.Millisecond},
+		{"BothHeld", "(sleep 0.1; echo late; sleep 30) & echo out; exit 3", 2900 * time.Millisecond, 3900 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			r, err := local.New(local.Config{Dir: dir, Abandon: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var out strings.Builder
+			start := time.Now()
+			code, err := r.Exec(ctx, &relay.Command{Argv: []string{"sh", "-c", tc.script}, Stdout: &out})
+			took := time.Since(start)
+			if err != nil || code != 3 {
+				t.Fatalf("exec = %d, %v; want 3", code, err)
+			}
+			if took < tc.min || took > tc.max {
+				t.Fatalf("the exit was reported after %v, want %v to %v", took, tc.min, tc.max)
+			}
+			if !strings.Contains(out.String(), "out") {
+				t.Fatalf("stdout %q lacks the command's own output", out.String())
+			}
+			if n := killIn(t, dir); n == 0 {
+				t.Fatal("the background child was killed")
+			}
+		})
+	}
+}

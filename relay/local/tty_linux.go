@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 
 	"github.com/ferry-dev/ferry/relay"
@@ -54,13 +53,17 @@ func (r *Runner) execTTY(ctx context.Context, cmd *relay.Command, c *exec.Cmd) (
 
 	// Not waited for, as Exec's pipe pump: closing master ends it.
 	stdinErr := make(chan error, 1)
-	go ttyPump(cmd.Stdin, master, r.cfg.ChunkSize, stdinErr)
+	in := &pipeWriter{f: master}
+	go ttyPump(cmd.Stdin, in, r.cfg.ChunkSize, stdinErr)
 
 	copyErr := make(chan error, 1)
 	outputDone := make(chan struct{})
+	streamDone := make(chan struct{}, 1)
+	out := &gate{w: stdout, failed: copyErr}
 	go func() {
 		defer close(outputDone)
-		copyOut(&gate{w: stdout, failed: copyErr}, master, r.cfg.ChunkSize)
+		copyOut(out, master, r.cfg.ChunkSize)
+		streamDone <- struct{}{}
 	}()
 
 	stopResize := make(chan struct{})
@@ -85,23 +88,32 @@ func (r *Runner) execTTY(ctx context.Context, cmd *relay.Command, c *exec.Cmd) (
 		<-resizeDone
 	}()
 
-	return r.supervise(ctx, cmd, c, supervised{
+	s := supervised{
 		stdinErr: stdinErr, copyErr: copyErr, outputDone: outputDone,
+		streamDone: streamDone, streams: 1,
 		// The master is both sides: closing it ends the pump and the
 		// copier.
 		closeOut: func() { master.Close() },
-	})
+	}
+	if r.cfg.Abandon {
+		// The master stays open, so the process gets no hangup; it is
+		// closed once the copier reads the terminal's end.
+		s.abandon = func() {
+			in.abandoned.Store(true)
+			out.drop()
+		}
+	}
+	return r.supervise(ctx, cmd, c, s)
 }
 
 // ttyPump types the caller's stdin at the terminal. Its EOF is no EOF to
 // the process (a terminal's is ^D, which is the caller's to send), so
 // nothing is closed then; a read error is reported for Exec to kill the
 // process, as pump does.
-func ttyPump(src io.Reader, master *os.File, size int, failed chan<- error) {
+func ttyPump(src io.Reader, w *pipeWriter, size int, failed chan<- error) {
 	if src == nil {
 		return
 	}
-	w := &pipeWriter{f: master}
 	var err error
 	if wt, ok := src.(io.WriterTo); ok {
 		_, err = wt.WriteTo(w)
