@@ -477,11 +477,53 @@ func TestSSHServer(t *testing.T) {
 			t.Fatalf("got %v, stderr %q; want exit 42 and oops", err, errOut)
 		}
 	})
-	t.Run("ExitSignal", func(t *testing.T) {
+	t.Run("KilledReportsOne", func(t *testing.T) {
+		// Upstream's sandbox sends no exit-signal: a process with no
+		// exit code reports exit-status 1.
 		_, _, err := run(t, c, "kill -9 $$")
 		var ee *ssh.ExitError
-		if !errors.As(err, &ee) || ee.Signal() != "KILL" {
-			t.Fatalf("got %v, want exit-signal KILL", err)
+		if !errors.As(err, &ee) || ee.Signal() != "" || ee.ExitStatus() != 1 {
+			t.Fatalf("got %v, want exit-status 1", err)
+		}
+	})
+	t.Run("SignalIgnored", func(t *testing.T) {
+		// Upstream's sandbox signals only its canonical main session.
+		sess, err := c.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		out := &syncBuffer{}
+		sess.Stdout = out
+		if err := sess.Start("echo ready; sleep 0.5; echo after; exit 4"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, out, "ready")
+		if err := sess.Signal(ssh.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		var ee *ssh.ExitError
+		if err := sess.Wait(); !errors.As(err, &ee) || ee.ExitStatus() != 4 || out.String() != "ready\nafter\n" {
+			t.Fatalf("wait: %v, output %q; want the signal ignored", err, out.String())
+		}
+	})
+	t.Run("BackgroundHoldsOutput", func(t *testing.T) {
+		// Upstream's sandbox waits 2 s for the first output stream to
+		// end and 1 s for the second, then reports the exit and leaves
+		// the background child running.
+		marker := newMarker(t)
+		begin := time.Now()
+		out, _, err := run(t, c, "export FERRY_MARKER="+marker+"; (sleep 0.1; echo late; sleep 600) & echo out; exit 5")
+		took := time.Since(begin)
+		var ee *ssh.ExitError
+		if !errors.As(err, &ee) || ee.ExitStatus() != 5 || !strings.HasPrefix(out, "out\n") {
+			t.Fatalf("got %v, %q; want exit 5 after out", err, out)
+		}
+		if took < 2900*time.Millisecond || took > 6*time.Second {
+			t.Fatalf("the exit came after %v, want about 3s", took)
+		}
+		if len(relaytest.Marked(marker)) == 0 {
+			t.Fatal("the background child was killed")
 		}
 	})
 	t.Run("Stdin", func(t *testing.T) {
@@ -663,22 +705,31 @@ func TestSSHRevoke(t *testing.T) {
 // started run on after a cut or a client gone, until the sandbox is
 // deleted, which ends them.
 func TestSSHRelayEnds(t *testing.T) {
+	clientGone := func(t *testing.T, f relayFixture, cancel context.CancelFunc, _ *ssh.Session) { cancel() }
+	sessionClosed := func(t *testing.T, f relayFixture, _ context.CancelFunc, sess *ssh.Session) { sess.Close() }
 	for _, tc := range []struct {
 		name string
 		cfg  gateway.Config
-		end  func(t *testing.T, f relayFixture, cancel context.CancelFunc)
+		end  func(t *testing.T, f relayFixture, cancel context.CancelFunc, sess *ssh.Session)
+		// code is the relay stream's own status; OK: the relay goes on.
 		code codes.Code
 		// runsOn: the session's process outlives the relay, as in
 		// upstream's sandbox, until the sandbox is deleted.
 		runsOn bool
+		tty    bool
 	}{
-		{"Cut", gateway.Config{CutAfter: 1 << 20}, nil, codes.Unavailable, true},
-		{"SandboxDeleted", gateway.Config{}, func(t *testing.T, f relayFixture, _ context.CancelFunc) {
+		{"Cut", gateway.Config{CutAfter: 1 << 20}, nil, codes.Unavailable, true, false},
+		{"SandboxDeleted", gateway.Config{}, func(t *testing.T, f relayFixture, _ context.CancelFunc, _ *ssh.Session) {
 			if _, err := f.c.DeleteSandbox(ctxFor(t), &openshellv1.DeleteSandboxRequest{Name: "box"}); err != nil {
 				t.Fatal(err)
 			}
-		}, codes.Unavailable, false},
-		{"ClientGone", gateway.Config{}, func(t *testing.T, f relayFixture, cancel context.CancelFunc) { cancel() }, codes.Canceled, true},
+		}, codes.Unavailable, false, false},
+		{"ClientGone", gateway.Config{}, clientGone, codes.Canceled, true, false},
+		// A terminal's process gets no hangup: upstream's reader keeps
+		// its master open.
+		{"ClientGone/TTY", gateway.Config{}, clientGone, codes.Canceled, true, true},
+		{"SessionClosed", gateway.Config{}, sessionClosed, codes.OK, true, false},
+		{"SessionClosed/TTY", gateway.Config{}, sessionClosed, codes.OK, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newRelay(t, tc.cfg)
@@ -704,6 +755,13 @@ func TestSSHRelayEnds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			ready := "ready\n"
+			if tc.tty {
+				if err := sess.RequestPty("xterm", 24, 80, ssh.TerminalModes{}); err != nil {
+					t.Fatal(err)
+				}
+				ready = "ready\r\n"
+			}
 			script := "export FERRY_MARKER=" + marker + "; sleep 600 & echo ready; wait"
 			if tc.end == nil {
 				// The output that trips the cut waits until the marked
@@ -715,11 +773,11 @@ func TestSSHRelayEnds(t *testing.T) {
 			}
 			relaytest.WaitMarked(t, marker, 10*time.Second)
 			if tc.end != nil {
-				buf := make([]byte, 6)
-				if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "ready\n" {
+				buf := make([]byte, len(ready))
+				if _, err := io.ReadFull(out, buf); err != nil || string(buf) != ready {
 					t.Fatalf("before the end: %q, %v", buf, err)
 				}
-				tc.end(t, f, cancel)
+				tc.end(t, f, cancel, sess)
 			} else {
 				if _, err := io.WriteString(in, "go\n"); err != nil {
 					t.Fatal(err)
@@ -733,7 +791,7 @@ func TestSSHRelayEnds(t *testing.T) {
 			if err := sess.Wait(); err == nil || errors.As(err, &ee) {
 				t.Fatalf("a relay that ended reported an exit status: %v", err)
 			}
-			if tc.code != codes.Canceled {
+			if tc.code != codes.Canceled && tc.code != codes.OK {
 				// The stream's own status; a client that left has none to read.
 				if err := rec.wait(t); status.Code(err) != tc.code {
 					t.Fatalf("relay status %v, want %v", err, tc.code)

@@ -16,26 +16,22 @@ import (
 
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
-	"golang.org/x/sys/unix"
 
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/internal/ptyio"
+	"github.com/ferry-dev/ferry/relay/local"
 )
-
-// sshOutputGrace bounds how long a session waits, after its process has
-// exited, for the output pipes to close (a background child may hold
-// them); past it the process group is killed, as on the exec path.
-const sshOutputGrace = time.Second
 
 // sshSession serves one "session" channel: env requests are acknowledged
 // and ignored, pty-req puts the exec or shell that follows on a terminal
-// (which window-change resizes), exec and shell start one process, signal
-// reaches its process group, the "sftp" subsystem is served in the sandbox
-// directory, and other subsystems are refused. It returns once the
-// channel has closed and its process (or sftp server) and copiers are
-// done, or, for a process without a terminal, once the channel has closed
-// before it exited: that process runs on, as upstream's sandbox lets it
-// (see run). A terminal's process is killed then.
+// (which window-change resizes), exec and shell start one process, the
+// "sftp" subsystem is served in the sandbox directory, and other
+// subsystems are refused. A signal request is ignored: upstream's
+// sandbox delivers signals only to its canonical main session, which
+// this gateway has not. It returns once the channel has closed and its
+// process (or sftp server) is done, or once the channel has closed before
+// the process exited: that process runs on, as upstream's sandbox lets it
+// (see run).
 //
 // The fault hooks act on each session's stdin and output as they act on
 // an exec stream's; a cut ends the whole connection through cut, as a
@@ -80,10 +76,7 @@ func (s *Server) sshSession(ctx context.Context, cut context.CancelCauseFunc, nc
 			}
 			ok = true
 		case "signal":
-			var m struct{ Signal string }
-			if p != nil && ssh.Unmarshal(req.Payload, &m) == nil {
-				ok = p.signal(m.Signal)
-			}
+			// Ignored (see above).
 		case "subsystem":
 			var m struct{ Name string }
 			if p != nil || sftpDone != nil || ssh.Unmarshal(req.Payload, &m) != nil || m.Name != "sftp" {
@@ -143,18 +136,19 @@ func (s *Server) serveSFTP(ch ssh.Channel, a admitted) {
 }
 
 // sshProc is one process started for an SSH session, in a session (and
-// process group) of its own, as OpenSSH's sshd starts one: a client's
-// "kill -TERM -PGID" reaches everything it started.
+// process group) of its own, as OpenSSH's sshd starts one.
 type sshProc struct {
 	ch     ssh.Channel
 	quit   chan struct{} // closed by stop
 	once   sync.Once
-	wg     sync.WaitGroup // the pump, the copiers and run
+	wg     sync.WaitGroup // the stdin pump and run
 	mu     sync.Mutex
 	pid    int
-	exited bool // reaped: pid may be reused, nothing may signal it
 	counts execCounts
 	master *os.File // the terminal's, when there is one
+	// outs are the process's outputs to the channel; cut off when the
+	// process is left running (see run).
+	outs []*cutWriter
 }
 
 // resize sets the process's terminal's size, as upstream's sandbox does
@@ -213,34 +207,13 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 		_, _ = io.Copy(inW, stdin)
 		inW.Close()
 	})
-	// The copiers are not the session's: a process abandoned with its
-	// channel (see run) is read to its output's end, however long after.
-	var copiers sync.WaitGroup
-	copiers.Add(2)
-	for _, o := range []struct {
-		r *os.File
-		w io.Writer
-	}{
-		{outR, countWriter{w: &faultWriter{w: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdoutAfter}}, n: &p.counts.stdout}},
-		{errR, countWriter{w: &faultWriter{w: ch.Stderr(), c: fault}, n: &p.counts.stderr}},
-	} {
-		go func() {
-			defer copiers.Done()
-			if _, err := io.Copy(o.w, o.r); err != nil && !errors.Is(err, os.ErrClosed) {
-				// The channel is gone: nobody reads the output, which
-				// upstream's sandbox reads on and drops.
-				_, _ = io.Copy(io.Discard, o.r)
-			}
-		}()
-	}
-	outputDone := make(chan struct{})
-	go func() {
-		copiers.Wait()
-		close(outputDone)
-	}()
+	streamDone, outputDone := p.copyOutput(
+		output{outR, countWriter{w: &faultWriter{w: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdoutAfter}}, n: &p.counts.stdout}},
+		output{errR, countWriter{w: &faultWriter{w: ch.Stderr(), c: fault}, n: &p.counts.stderr}},
+	)
 	start := time.Now()
 	p.wg.Go(func() {
-		end := p.run(ctx, c, outputDone, func() { closeFiles(outR, errR) })
+		end := p.run(ctx, c, 2, streamDone, outputDone, func() { closeFiles(outR, errR) })
 		inW.Close()
 		// The same record as an exec RPC's, for the audit log: the
 		// command line is what the client sent (ferry never puts a secret
@@ -253,14 +226,17 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 }
 
 // run waits for the process, then reports the exit status on the channel
-// and closes it. When the session or the connection ends first, it
-// abandons a process without a terminal and kills the group of one with
-// a terminal. The process is reaped only after the last kill of its group
-// (see killGroup).
+// and closes it, as upstream's sandbox does: once the output has ended,
+// or once its waits for it are spent (local.SettleOutput), when a
+// background child that holds it is left running, its output read on
+// and dropped. When the session or the connection ends first, the
+// process is left running too: it gets no more input (on a pipe, its
+// stdin's EOF; a terminal gets no hangup), and its output is dropped.
+// Nothing here kills.
 //
 // It returns how the process ended, as the exec log names it: "exit", or
 // "cancel" when the session or connection ended first.
-func (p *sshProc) run(ctx context.Context, c *exec.Cmd, outputDone <-chan struct{}, closeOutput func()) string {
+func (p *sshProc) run(ctx context.Context, c *exec.Cmd, streams int, streamDone, outputDone <-chan struct{}, closeOutput func()) string {
 	exited := make(chan struct{})
 	go func() {
 		waitExited(p.pid)
@@ -272,61 +248,55 @@ func (p *sshProc) run(ctx context.Context, c *exec.Cmd, outputDone <-chan struct
 		// The status is read from c.ProcessState; Wait's error only
 		// repeats it.
 		_ = c.Wait()
-		p.exited = true
 	}
-	killed := false
-	select {
-	case <-exited:
-	case <-ctx.Done():
-		killed = true
-	case <-p.quit:
-		killed = true
-	}
-	if killed && p.master == nil {
-		// Upstream's sandbox kills nothing when a session's channel or
-		// connection ends: the process gets its stdin's EOF (the pump
-		// ends with the channel), its output is read and dropped, and
-		// it runs on until it ends or its sandbox does.
+	// leave cuts the output off the channel; what reaps the process,
+	// and closes its output once read to the end, outlives the session.
+	leave := func() {
+		for _, w := range p.outs {
+			w.cut()
+		}
 		go func() {
 			<-exited
 			reap()
 			<-outputDone
 			closeOutput()
 		}()
-		return "cancel"
 	}
-	if killed {
-		killGroup(p.pid)
-		<-exited
-		reap()
-		closeOutput()
-		<-outputDone
-		return "cancel"
-	}
-	grace := time.NewTimer(sshOutputGrace)
-	defer grace.Stop()
 	select {
-	case <-outputDone:
-	case <-grace.C:
-		killGroup(p.pid)
-		closeOutput()
-		<-outputDone
+	case <-exited:
 	case <-ctx.Done():
-		killGroup(p.pid)
-		reap()
-		closeOutput()
-		<-outputDone
+		leave()
+		return "cancel"
+	case <-p.quit:
+		leave()
+		return "cancel"
+	}
+	settled := local.SettleOutput(ctx, streamDone, streams)
+	if ctx.Err() != nil {
+		leave()
 		return "cancel"
 	}
 	reap()
-	closeOutput()
-	p.sendExit(c.ProcessState)
+	if settled {
+		closeOutput()
+	} else {
+		for _, w := range p.outs {
+			w.cut()
+		}
+		go func() {
+			<-outputDone
+			closeOutput()
+		}()
+	}
+	// Upstream's order: EOF, exit status, close. No output follows
+	// the EOF.
 	_ = p.ch.CloseWrite()
+	p.sendExit(c.ProcessState)
 	_ = p.ch.Close()
 	return "exit"
 }
 
-// exitCode is c's exit code once reaped, else -1: an abandoned process
+// exitCode is c's exit code once reaped, else -1: a process left running
 // (see run) is reaped later, under p.mu.
 func (p *sshProc) exitCode(c *exec.Cmd) int {
 	p.mu.Lock()
@@ -337,44 +307,80 @@ func (p *sshProc) exitCode(c *exec.Cmd) int {
 	return c.ProcessState.ExitCode()
 }
 
-// sendExit reports how the process ended, as RFC 4254 section 6.10 says:
-// exit-status, or exit-signal for a death by signal.
+// sendExit reports the exit status as upstream's sandbox does: a process
+// killed by a signal has no exit code, and reports 1 (its exit-status is
+// its ExitStatus's code, or 1); no exit-signal is ever sent.
 func (p *sshProc) sendExit(ps *os.ProcessState) {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		name := strings.TrimPrefix(unix.SignalName(ws.Signal()), "SIG")
-		if name == "" {
-			name = strconv.Itoa(int(ws.Signal()))
-		}
-		_, _ = p.ch.SendRequest("exit-signal", false, ssh.Marshal(struct {
-			Signal     string
-			CoreDumped bool
-			Error      string
-			Lang       string
-		}{Signal: name, CoreDumped: ws.CoreDump()}))
-		return
+	code := uint32(1)
+	if ps.Exited() {
+		code = uint32(ps.ExitCode())
 	}
-	_, _ = p.ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{uint32(ps.ExitCode())}))
+	_, _ = p.ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{code}))
 }
 
-// signal sends the named signal (RFC 4254 names: "TERM", "KILL") to the
-// process group, while the process has not been reaped.
-func (p *sshProc) signal(name string) bool {
-	sig := unix.SignalNum("SIG" + name)
-	if sig == 0 {
-		return false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.exited {
-		return false
-	}
-	return syscall.Kill(-p.pid, sig) == nil
-}
-
-// stop kills the process group unless the process has exited already.
+// stop leaves the process running, unless it has exited already (see run).
 func (p *sshProc) stop() { p.once.Do(func() { close(p.quit) }) }
 
 func (p *sshProc) wait() { p.wg.Wait() }
+
+// output is one of a process's outputs and where it goes.
+type output struct {
+	r *os.File
+	w io.Writer
+}
+
+// copyOutput copies each output to its writer, through a cutWriter that
+// run may cut off (p.outs), until the output ends. streamDone has a value
+// as each ends; outputDone is closed once all have. The copiers are not
+// the session's: a process left running (see run) is read to its
+// output's end, however long after.
+func (p *sshProc) copyOutput(outs ...output) (streamDone, outputDone <-chan struct{}) {
+	ended := make(chan struct{}, len(outs))
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, o := range outs {
+		w := &cutWriter{w: o.w}
+		p.outs = append(p.outs, w)
+		wg.Go(func() {
+			// Only a read ends it: a closed file, EOF, or a terminal's EIO.
+			_, _ = io.Copy(w, o.r)
+			ended <- struct{}{}
+		})
+	}
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	return ended, done
+}
+
+// cutWriter is a process's output to its channel. Once cut, or once a
+// write has failed (the channel is gone), what comes is read and dropped,
+// as upstream's sandbox reads on an output nobody takes.
+type cutWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	off bool
+}
+
+func (c *cutWriter) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.off {
+		if _, err := c.w.Write(b); err != nil {
+			c.off = true
+		}
+	}
+	return len(b), nil
+}
+
+// cut returns once no write to the channel is in progress, and none
+// follows.
+func (c *cutWriter) cut() {
+	c.mu.Lock()
+	c.off = true
+	c.mu.Unlock()
+}
 
 // directTCPIP serves a "direct-tcpip" channel (ssh -L) to a port on the
 // loopback interface; any other destination is refused, as the
@@ -508,23 +514,16 @@ func (s *Server) startPTYProc(ctx context.Context, cut context.CancelCauseFunc, 
 	fault := &cutter{left: s.cfg.CutAfter, on: s.cfg.CutAfter > 0, cancel: cut}
 	stdin := countReader{r: &faultReader{r: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdinAfter}}, n: &p.counts.stdin}
 	p.wg.Go(func() {
-		// Ends at the client's EOF, when the channel closes, or once run
-		// has closed the master.
+		// Ends at the client's EOF, when the channel closes, or once the
+		// master is closed.
 		_, _ = io.Copy(master, stdin)
 	})
-	outputDone := make(chan struct{})
-	out := countWriter{w: &faultWriter{w: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdoutAfter}}, n: &p.counts.stdout}
-	p.wg.Go(func() {
-		defer close(outputDone)
-		// The master's read fails (EIO) once the terminal has no
-		// process left, or once it is closed.
-		if _, err := io.Copy(out, master); err != nil && !errors.Is(err, os.ErrClosed) && !errors.Is(err, syscall.EIO) {
-			p.stop()
-		}
-	})
+	// The master's read fails (EIO) once the terminal has no process
+	// left, or once it is closed.
+	streamDone, outputDone := p.copyOutput(output{master, countWriter{w: &faultWriter{w: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdoutAfter}}, n: &p.counts.stdout}})
 	start := time.Now()
 	p.wg.Go(func() {
-		end := p.run(ctx, c, outputDone, func() { master.Close() })
+		end := p.run(ctx, c, 1, streamDone, outputDone, func() { master.Close() })
 		code := p.exitCode(c)
 		s.logTerminate(a.pb.GetMetadata().GetId(), &relay.Command{Argv: argv}, p.pid, code, end)
 		s.logExec(a.pb, &relay.Command{Argv: argv[len(argv)-1:], TTY: true}, &p.counts, time.Since(start), code, end)
