@@ -65,6 +65,8 @@ func Run(t *testing.T, h Harness) {
 		{"StdinNotReadAheadOfConsumer", testStdinPaced},
 		{"CancelKillsProcessTree", testCancel},
 		{"TimeoutExits124", testTimeout},
+		{"CancelKillsProcessTree/TTY", testCancelTTY},
+		{"TimeoutExits124/TTY", testTimeoutTTY},
 		{"Concurrent8", testConcurrent},
 		{"BigStream", testBig},
 	}
@@ -383,6 +385,16 @@ func (zeros) Read(p []byte) (int, error) {
 }
 
 func testCancel(t *testing.T, x relay.Execer, box string, h Harness) {
+	cancelKills(t, x, box, h, false)
+}
+
+// testCancelTTY: on a terminal too, where the process gets no EOF from
+// the end of the exec and, on OpenShell, no hangup either.
+func testCancelTTY(t *testing.T, x relay.Execer, box string, h Harness) {
+	cancelKills(t, x, box, h, true)
+}
+
+func cancelKills(t *testing.T, x relay.Execer, box string, h Harness, tty bool) {
 	marker := "ferry-" + token(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -400,6 +412,7 @@ func testCancel(t *testing.T, x relay.Execer, box string, h Harness) {
 			Sandbox: box,
 			Argv:    []string{"sh", "-c", "sleep 600 & sleep 600 & echo ready; wait"},
 			Env:     map[string]string{"FERRY_MARKER": marker},
+			TTY:     tty,
 			Stdin:   stdin,
 			Stdout:  out,
 		})
@@ -426,6 +439,14 @@ func testCancel(t *testing.T, x relay.Execer, box string, h Harness) {
 }
 
 func testTimeout(t *testing.T, x relay.Execer, box string, _ Harness) {
+	timeoutKills(t, x, box, false)
+}
+
+func testTimeoutTTY(t *testing.T, x relay.Execer, box string, _ Harness) {
+	timeoutKills(t, x, box, true)
+}
+
+func timeoutKills(t *testing.T, x relay.Execer, box string, tty bool) {
 	marker := "ferry-" + token(t)
 	start := time.Now()
 	r := run(ctxFor(t, time.Minute), x, &relay.Command{
@@ -433,6 +454,7 @@ func testTimeout(t *testing.T, x relay.Execer, box string, _ Harness) {
 		Argv:    []string{"sh", "-c", "sleep 600 & sleep 600; wait"},
 		Env:     map[string]string{"FERRY_MARKER": marker},
 		Timeout: time.Second,
+		TTY:     tty,
 	})
 	if r.err != nil || r.code != relay.ExitTimeout {
 		t.Fatalf("timeout: code=%d err=%v, want exit %d", r.code, r.err, relay.ExitTimeout)
