@@ -18,8 +18,13 @@
 // messages, and stdin's end no EOF to the process.
 // Where upstream leaves an exec's processes behind (its timeout, a client
 // that went away, a relay that dropped, a refused message mid-stream), so
-// does this gateway: the process gets its stdin's EOF, its output is read
-// and dropped, and it runs on until it ends or its sandbox does. A client
+// does this gateway: the process gets its stdin's EOF (on a terminal, no
+// more input and no hangup), its output is read and dropped, and it runs
+// on until it ends or its sandbox does. After a process's exit, its
+// output is waited for as upstream's supervisor waits (2 s for the first
+// stream to end, 1 s for the second) before the exit is reported; a
+// background child that still holds it is left running, its output
+// dropped. A client
 // must stop such processes itself (relay/openshell does, by relay.MarkVar).
 // Unlike upstream's supervisor, which starts them in its own process
 // group, this gateway starts each in a session of its own, so that none
@@ -45,9 +50,12 @@
 // direct-tcpip to loopback only, pty-req and window-change. Upstream's relay limits hold:
 // 3 connections per token, 20 per sandbox, 64 KiB data frames, tokens
 // valid 86400s (Config.SSHSessionTTL). A revoked or expired token opens no
-// new connection; open ones run on until they end. A session's process
-// without a terminal outlives its channel and its connection, as an
-// exec's outlives its RPC; one on a terminal ends with them.
+// new connection; open ones run on until they end. A session's process,
+// on a terminal or not, outlives its channel and its connection, as an
+// exec's outlives its RPC, and its exit is reported after the same waits.
+// As upstream's supervisor does, a signal request is ignored (it signals
+// only its canonical main session), and a process killed by a signal
+// reports exit-status 1, never exit-signal.
 //
 // StopSandbox ends every process of a sandbox (its execs, its SSH
 // connections, and what they detached: each sandbox's processes live in a
