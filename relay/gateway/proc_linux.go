@@ -14,13 +14,9 @@ func sessionAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 }
 
-// killGroup kills an SSH session's whole process group. Callers kill only
-// before the leader is reaped: a zombie still holds its PID, so the group
-// number cannot have passed to someone else's process group.
-func killGroup(pid int) { _ = syscall.Kill(-pid, syscall.SIGKILL) }
-
 // waitExited blocks until child pid has exited, without reaping it
-// (WNOWAIT), so that killGroup stays safe until exec.Cmd.Wait reaps it.
+// (WNOWAIT): the reap is exec.Cmd.Wait's, under the lock that exitCode
+// reads its state under.
 func waitExited(pid int) {
 	var info unix.Siginfo
 	for {

@@ -479,7 +479,7 @@ func pump(src io.Reader, dst *os.File, size int, failed chan<- error) {
 // to end as upstream's sandbox supervisor waits for its reader threads
 // (openshell-supervisor-process/src/ssh.rs, v0.0.111): up to 2 s for the
 // first to end, then up to 1 s for the second (a terminal has one
-// stream). done has a value as each of the n streams ends. It reports
+// stream). done has a value as each of the n (1 or 2) streams ends. It reports
 // whether all of them did; what a background child writes after that is
 // not the command's output. It returns early, false, once ctx is done.
 func SettleOutput(ctx context.Context, done <-chan struct{}, n int) bool {
