@@ -522,6 +522,8 @@ func TestSSHServer(t *testing.T) {
 		if took < 2900*time.Millisecond || took > 6*time.Second {
 			t.Fatalf("the exit came after %v, want about 3s", took)
 		}
+		// A kill at the exit's report would have come by now.
+		time.Sleep(300 * time.Millisecond)
 		if len(relaytest.Marked(marker)) == 0 {
 			t.Fatal("the background child was killed")
 		}

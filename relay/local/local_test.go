@@ -332,14 +332,17 @@ func TestAbandonTTY(t *testing.T) {
 // background child gets no such wait: the kernel hangs the terminal up
 // when its session leader exits.)
 func TestAbandonSettle(t *testing.T) {
+	// The child goes on once the test says so, after the exit's report:
+	// a child killed then never leaves went-on.
+	const child = "(sleep 0.1; echo late; while [ ! -e go ]; do sleep 0.05; done; : >went-on; sleep 30)"
 	for _, tc := range []struct {
 		name     string
 		script   string
 		min, max time.Duration
 	}{
-		{"NoneHeld", "sleep 30 >/dev/null 2>&1 & echo out; exit 3", 0, 900 * time.Millisecond},
-		{"StdoutHeld", "(sleep 0.1; echo late; sleep 30) 2>/dev/null & echo out; exit 3", 900 * time.Millisecond, 1900 * time.Millisecond},
-		{"BothHeld", "(sleep 0.1; echo late; sleep 30) & echo out; exit 3", 2900 * time.Millisecond, 3900 * time.Millisecond},
+		{"NoneHeld", child + " >/dev/null 2>&1 & echo out; exit 3", 0, 900 * time.Millisecond},
+		{"StdoutHeld", child + " 2>/dev/null & echo out; exit 3", 900 * time.Millisecond, 1900 * time.Millisecond},
+		{"BothHeld", child + " & echo out; exit 3", 2900 * time.Millisecond, 3900 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -362,9 +365,18 @@ func TestAbandonSettle(t *testing.T) {
 			if !strings.Contains(out.String(), "out") {
 				t.Fatalf("stdout %q lacks the command's own output", out.String())
 			}
-			if n := killIn(t, dir); n == 0 {
-				t.Fatal("the background child was killed")
+			if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+				t.Fatal(err)
 			}
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				if _, err := os.Stat(filepath.Join(dir, "went-on")); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the background child did not go on after the exit: killed")
+				}
+			}
+			killIn(t, dir)
 		})
 	}
 }
