@@ -149,10 +149,6 @@ func TestAbandon(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			r, err := local.New(local.Config{Dir: dir, Abandon: true})
-			if err != nil {
-				t.Fatal(err)
-			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			pr, pw := io.Pipe()
@@ -166,32 +162,16 @@ func TestAbandon(t *testing.T) {
 			if tc.name == "Timeout" {
 				cmd.Timeout = 500 * time.Millisecond
 			}
-			done := make(chan error, 1)
-			go func() {
-				_, err := r.Exec(ctx, cmd)
-				done <- err
-			}()
+			done := abandoning(t, ctx, dir, cmd)
 			<-out.ready
 			tc.end(cancel, cmd, out)
 			if tc.name == "FailedOutput" {
 				// The next line fails the writer.
 				pw.Close()
 			}
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				t.Fatal("Exec did not return")
-			}
+			returned(t, done)
 			writes := out.count()
-			went := filepath.Join(dir, "went-on")
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-				if _, err := os.Stat(went); err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the abandoned process did not go on past its stdin's EOF")
-				}
-			}
+			waitFile(t, filepath.Join(dir, "went-on"), "the abandoned process did not go on past its stdin's EOF")
 			time.Sleep(200 * time.Millisecond)
 			if n := out.count(); n != writes {
 				t.Fatalf("%d writes to Stdout after Exec returned", n-writes)
@@ -202,6 +182,48 @@ func TestAbandon(t *testing.T) {
 				t.Fatal("the abandoned process is gone: it was killed")
 			}
 		})
+	}
+}
+
+// abandoning runs cmd in dir on a Runner that abandons, and returns where
+// Exec's error will come.
+func abandoning(t *testing.T, ctx context.Context, dir string, cmd *relay.Command) <-chan error {
+	t.Helper()
+	r, err := local.New(local.Config{Dir: dir, Abandon: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Exec(ctx, cmd)
+		done <- err
+	}()
+	return done
+}
+
+// returned is Exec's error from done, which must come within 10 s.
+func returned(t *testing.T, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Exec did not return")
+		return nil
+	}
+}
+
+// waitFile waits up to 5 s for path to exist, and fails with why if it
+// does not.
+func waitFile(t *testing.T, path, why string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(why)
+		}
 	}
 }
 
@@ -274,48 +296,26 @@ func killIn(t *testing.T, dir string) int {
 // Exec has returned never reaches it.
 func TestAbandonTTY(t *testing.T) {
 	dir := t.TempDir()
-	r, err := local.New(local.Config{Dir: dir, Abandon: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	out := &failingAfter{ready: make(chan struct{})}
-	cmd := &relay.Command{
+	done := abandoning(t, ctx, dir, &relay.Command{
 		Argv:  []string{"sh", "-c", "echo ready; (sleep 0.3; : >went-on) & read line; echo \"$line\" >got; wait; sleep 30"},
 		TTY:   true,
 		Stdin: pr, Stdout: out,
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := r.Exec(ctx, cmd)
-		done <- err
-	}()
+	})
 	<-out.ready
 	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("exec: %v, want context.Canceled", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Exec did not return")
+	if err := returned(t, done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("exec: %v, want context.Canceled", err)
 	}
 	// The pump, blocked in Read, takes the line; the terminal must not.
 	if _, err := pw.Write([]byte("late\n")); err != nil {
 		t.Fatal(err)
 	}
-	went := filepath.Join(dir, "went-on")
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(went); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the abandoned terminal's process did not run on: hung up or killed")
-		}
-	}
+	waitFile(t, filepath.Join(dir, "went-on"), "the abandoned terminal's process did not run on: hung up or killed")
 	time.Sleep(200 * time.Millisecond)
 	if _, err := os.Stat(filepath.Join(dir, "got")); err == nil {
 		t.Fatal("a line typed after Exec returned reached the abandoned process")
@@ -368,14 +368,7 @@ func TestAbandonSettle(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-				if _, err := os.Stat(filepath.Join(dir, "went-on")); err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the background child did not go on after the exit: killed")
-				}
-			}
+			waitFile(t, filepath.Join(dir, "went-on"), "the background child did not go on after the exit: killed")
 			killIn(t, dir)
 		})
 	}
