@@ -245,10 +245,14 @@ func WithWaiting(ctx context.Context, f func(waiting bool)) context.Context {
 	return context.WithValue(ctx, waitingKey{}, f)
 }
 
-// waitPrunes returns once no live prune lock is left, checking every
-// LockTTL/20 (at least 10 ms), or with ctx's error.
+// waitPrunes returns once no live prune lock is left, or with ctx's
+// error. It looks again after 50 ms, then twice as long each time up to
+// LockTTL/20 (at least 10 ms): most prunes are over within a second, and
+// a save that met one should not sit out the whole LockTTL/20 (6 s by
+// default) before it looks again.
 func (s *Store) waitPrunes(ctx context.Context) error {
-	poll := max(s.cfg.LockTTL/20, 10*time.Millisecond)
+	limit := max(s.cfg.LockTTL/20, 10*time.Millisecond)
+	poll := min(50*time.Millisecond, limit)
 	tell, _ := ctx.Value(waitingKey{}).(func(bool))
 	waiting := false
 	defer func() {
@@ -284,6 +288,7 @@ func (s *Store) waitPrunes(ctx context.Context) error {
 			return fmt.Errorf("wait for prune %s: %w", live.Name, ctx.Err())
 		case <-time.After(poll):
 		}
+		poll = min(2*poll, limit)
 	}
 }
 

@@ -173,12 +173,23 @@ func (h *holdingBackend) Put(ctx context.Context, name string, r io.Reader, excl
 
 // TestSaveWaitsForAPrune: a save that begins while a Prune runs (and so
 // may have missed the save's lock) does not look at the store until the
-// Prune is over, so that it starts from what the Prune left.
+// Prune is over, so that it starts from what the Prune left; and it
+// goes on soon after, not a whole poll of LockTTL/20 later (6 s with the
+// default LockTTL).
 func TestSaveWaitsForAPrune(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration
+	}{{"ShortTTL", 2 * time.Second}, {"DefaultTTL", 0}} {
+		t.Run(tc.name, func(t *testing.T) { testSaveWaitsForAPrune(t, tc.ttl) })
+	}
+}
+
+func testSaveWaitsForAPrune(t *testing.T, ttl time.Duration) {
 	ctx := context.Background()
 	fsys := afero.NewMemMapFs()
 	hb := &holdingBackend{Backend: local.New(fsys), held: make(chan struct{}), release: make(chan struct{})}
-	s, err := session.New(session.Config{Backend: hb, Grace: time.Minute, LockTTL: 2 * time.Second})
+	s, err := session.New(session.Config{Backend: hb, Grace: time.Minute, LockTTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,12 +221,17 @@ func TestSaveWaitsForAPrune(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 	close(hb.release)
+	released := time.Now()
 	r := <-pruned
 	if r.err != nil || len(r.rep.Snapshots) != 1 || r.rep.Chunks == 0 {
 		t.Fatalf("prune: %+v, %v; want k/1 and its chunks removed", r.rep, r.err)
 	}
 	if err := <-saved; err != nil {
 		t.Fatal(err)
+	}
+	// The save's own work is milliseconds here; the bound is its wait.
+	if d := time.Since(released); d > 3*time.Second {
+		t.Fatalf("the save ended %v after the prune was let go", d)
 	}
 	hb.mu.Lock()
 	order := slices.Clone(hb.log)
