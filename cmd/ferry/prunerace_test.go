@@ -51,7 +51,11 @@ func TestSessionPruneRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, bundle, buf.Bytes(), 0o600)
+	// The two stores' runs share nothing but this process's environment,
+	// which neither changes: they overlap, each mostly waiting on its
+	// nodes and its rounds' second.
 	t.Run("local", func(t *testing.T) {
+		t.Parallel()
 		dir := filepath.Join(t.TempDir(), "store")
 		b, err := local.NewDir(dir)
 		if err != nil {
@@ -60,17 +64,16 @@ func TestSessionPruneRace(t *testing.T) {
 		testPruneRace(t, bundle, nil, []string{"--store", dir}, b)
 	})
 	t.Run("s3", func(t *testing.T) {
+		t.Parallel()
 		s3 := s3test.Start(t)
-		t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
-		t.Setenv("AWS_SECRET_ACCESS_KEY", s3.SecretKey)
-		t.Setenv("AWS_REGION", s3.Region)
+		env := []string{"AWS_ACCESS_KEY_ID=" + s3.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s3.SecretKey, "AWS_REGION=" + s3.Region}
 		const prefix = "prune-race"
 		b, err := s3store.New(context.Background(), s3store.Config{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: prefix,
 			Region: s3.Region, AccessKeyID: s3.AccessKey, SecretAccessKey: s3.SecretKey})
 		if err != nil {
 			t.Fatal(err)
 		}
-		testPruneRace(t, bundle, nil, []string{"--store", "s3://" + s3.Bucket + "/" + prefix, "--s3-endpoint", s3.Endpoint}, b)
+		testPruneRace(t, bundle, env, []string{"--store", "s3://" + s3.Bucket + "/" + prefix, "--s3-endpoint", s3.Endpoint}, b)
 	})
 }
 
@@ -100,8 +103,9 @@ func testPruneRace(t *testing.T, bundle string, env, store []string, b session.B
 	}
 	saved := map[session.SnapshotRef]string{} // snapshot -> a copy of the tree saved as it
 	rnd := rand.New(rand.NewPCG(20, 20))
-	var deferred, removedChunks, savesSeen int
+	var deferred, removedChunks, savesSeen, rounds int
 	for round := 1; round <= maxRaceRounds && (round <= minRaceRounds || deferred == 0 || removedChunks == 0); round++ {
+		rounds = round
 		// The session changes a little: a transcript grows, a file is new.
 		copies := make([]string, len(nodes))
 		for i, n := range nodes {
@@ -186,7 +190,7 @@ func testPruneRace(t *testing.T, bundle string, env, store []string, b session.B
 		// The snapshots of this round are past --older-than in the next.
 		time.Sleep(time.Second)
 	}
-	t.Logf("%d snapshot(s) kept for a save in flight, %d prune(s) saw a save in flight, %d chunk or pack object(s) removed", deferred, savesSeen, removedChunks)
+	t.Logf("%d rounds: %d snapshot(s) kept for a save in flight, %d prune(s) saw a save in flight, %d chunk or pack object(s) removed", rounds, deferred, savesSeen, removedChunks)
 	if deferred == 0 {
 		t.Fatalf("in %d rounds no prune met a save in flight: the race was not exercised", maxRaceRounds)
 	}
