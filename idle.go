@@ -32,7 +32,9 @@ const minIdleRate = 64
 // the exec channel of every exec the transfer makes (both modes pass
 // through Sandbox.X: POSIX mode's execs, agent mode's one long exec and
 // its install) and cancels the transfer's context, with an ErrIdle cause,
-// once none has moved for the timeout.
+// once none has moved for the timeout, and with it every exec in flight
+// (agent mode's, whose context outlives the transfer's, would otherwise
+// wait out its close's grace for an agent that cannot exit).
 //
 // Only time with an exec running counts: between execs the host is at
 // work (reading a store, placing a tree), not waiting on the sandbox; nor
@@ -56,10 +58,13 @@ type idleWatch struct {
 	running atomic.Int32 // execs in flight
 	held    atomic.Int32 // waits of the host in progress (hold)
 	cancel  context.CancelCauseFunc
-	stopc   chan struct{}
-	done    chan struct{}
-	once    sync.Once
-	cause   error // set by the watchdog before it cancels; read after done
+	// stall ends the execs in flight through the watch's handoff, once
+	// the watch has found the transfer idle.
+	stall func(cause error)
+	stopc chan struct{}
+	done  chan struct{}
+	once  sync.Once
+	cause error // set by the watchdog before it cancels; read after done
 }
 
 // watchIdle starts the idle watch of one transfer, op naming it for the
@@ -90,6 +95,10 @@ func (w *idleWatch) run(ctx context.Context, sandbox string) {
 		if idle >= w.timeout {
 			w.cause = fmt.Errorf("%w: next to nothing moved to or from sandbox %s for %v", ErrIdle, sandbox, w.timeout)
 			w.cancel(w.cause)
+			// An exec that outlives the transfer's context (agent
+			// mode's connection) is ended too: its close would give a
+			// stalled agent time to exit by itself, which it cannot.
+			w.stall(w.cause)
 			return
 		}
 		t.Reset(w.timeout - idle)
@@ -191,9 +200,11 @@ func (p progressWriter) Write(b []byte) (int, error) {
 // execs, so none can end them as idle. The zero value is ready to use;
 // it is safe for concurrent use.
 type idleHandoff struct {
-	mu      sync.Mutex // over w's changes and running
+	mu      sync.Mutex // over w's changes, running and ends
 	w       atomic.Pointer[idleWatch]
 	running int32 // execs in flight through the handoff
+	// ends cancels each exec in flight through the handoff.
+	ends map[*context.CancelCauseFunc]struct{}
 }
 
 // watchIdleVia is watchIdle with the transfer's execs going through h:
@@ -209,7 +220,7 @@ func (s Sandbox) watchIdleVia(ctx context.Context, op string, h *idleHandoff) (c
 		return ctx, s, nil
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	w := &idleWatch{op: op, timeout: timeout, base: time.Now(), cancel: cancel,
+	w := &idleWatch{op: op, timeout: timeout, base: time.Now(), cancel: cancel, stall: h.stall,
 		floor: max(1, int64(timeout.Seconds()*minIdleRate)),
 		stopc: make(chan struct{}), done: make(chan struct{})}
 	s.X = handoffExecer{x: s.X, h: h}
@@ -240,24 +251,39 @@ func (h *idleHandoff) detach() {
 }
 
 // started and ended count an exec in and out of h and its watch, each
-// the progress of an exec starting or ending.
-func (h *idleHandoff) started() {
+// the progress of an exec starting or ending; end cancels the exec
+// (stall).
+func (h *idleHandoff) started(end *context.CancelCauseFunc) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.running++
+	if h.ends == nil {
+		h.ends = map[*context.CancelCauseFunc]struct{}{}
+	}
+	h.ends[end] = struct{}{}
 	if w := h.w.Load(); w != nil {
 		w.touch()
 		w.running.Add(1)
 	}
 }
 
-func (h *idleHandoff) ended() {
+func (h *idleHandoff) ended(end *context.CancelCauseFunc) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.running--
+	delete(h.ends, end)
 	if w := h.w.Load(); w != nil {
 		w.touch()
 		w.running.Add(-1)
+	}
+}
+
+// stall cancels every exec in flight through h.
+func (h *idleHandoff) stall(cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for end := range h.ends {
+		(*end)(cause)
 	}
 }
 
@@ -285,7 +311,9 @@ func (e handoffExecer) Exec(ctx context.Context, cmd *relay.Command) (int, error
 	c.Stderr = progressWriter{w: c.Stderr, iw: e.h}
 	// An exec starting or ending is progress: idle time is counted
 	// from the last byte or the start of an exec, whichever is later.
-	e.h.started()
-	defer e.h.ended()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	e.h.started(&cancel)
+	defer e.h.ended(&cancel)
 	return e.x.Exec(ctx, &c)
 }

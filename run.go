@@ -362,7 +362,9 @@ func finishThrough(ctx context.Context, sb Sandbox, r transfer.Remote, spec RunS
 	start := time.Now()
 	pspec := PullSpec{MetaDir: spec.MetaDir, Out: spec.Out, Limits: spec.Limits}
 	pres, pullErr = pull(ctx, sb, r, pspec)
-	if pullErr != nil && redial != nil && lost(r) {
+	// A connection lost because the pull's context ended (the idle
+	// watch ends the agent's exec with it) is not tried again.
+	if pullErr != nil && redial != nil && ctx.Err() == nil && lost(r) {
 		r.Close()
 		nr, err := redial(ctx)
 		if err != nil {
