@@ -200,10 +200,9 @@ func (p progressWriter) Write(b []byte) (int, error) {
 // execs, so none can end them as idle. The zero value is ready to use;
 // it is safe for concurrent use.
 type idleHandoff struct {
-	mu      sync.Mutex // over w's changes, running and ends
-	w       atomic.Pointer[idleWatch]
-	running int32 // execs in flight through the handoff
-	// ends cancels each exec in flight through the handoff.
+	mu sync.Mutex // over w's changes and ends
+	w  atomic.Pointer[idleWatch]
+	// ends holds the cancel of each exec in flight through the handoff.
 	ends map[*context.CancelCauseFunc]struct{}
 }
 
@@ -234,7 +233,7 @@ func (h *idleHandoff) attach(w *idleWatch) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.w.Store(w)
-	w.running.Add(h.running)
+	w.running.Add(int32(len(h.ends)))
 	w.touch()
 }
 
@@ -246,7 +245,7 @@ func (h *idleHandoff) detach() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if w := h.w.Swap(nil); w != nil {
-		w.running.Add(-h.running)
+		w.running.Add(-int32(len(h.ends)))
 	}
 }
 
@@ -256,7 +255,6 @@ func (h *idleHandoff) detach() {
 func (h *idleHandoff) started(end *context.CancelCauseFunc) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.running++
 	if h.ends == nil {
 		h.ends = map[*context.CancelCauseFunc]struct{}{}
 	}
@@ -270,7 +268,6 @@ func (h *idleHandoff) started(end *context.CancelCauseFunc) {
 func (h *idleHandoff) ended(end *context.CancelCauseFunc) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.running--
 	delete(h.ends, end)
 	if w := h.w.Load(); w != nil {
 		w.touch()
