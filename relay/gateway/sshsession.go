@@ -148,7 +148,7 @@ type sshProc struct {
 	master *os.File // the terminal's, when there is one
 	// outs are the process's outputs to the channel; cut off when the
 	// process is left running (see run).
-	outs []*cutWriter
+	outs []*local.Gate
 }
 
 // resize sets the process's terminal's size, as upstream's sandbox does
@@ -252,9 +252,7 @@ func (p *sshProc) run(ctx context.Context, c *exec.Cmd, streams int, streamDone,
 	// leave cuts the output off the channel; what reaps the process,
 	// and closes its output once read to the end, outlives the session.
 	leave := func() {
-		for _, w := range p.outs {
-			w.cut()
-		}
+		p.cutOutput()
 		go func() {
 			<-exited
 			reap()
@@ -280,9 +278,7 @@ func (p *sshProc) run(ctx context.Context, c *exec.Cmd, streams int, streamDone,
 	if settled {
 		closeOutput()
 	} else {
-		for _, w := range p.outs {
-			w.cut()
-		}
+		p.cutOutput()
 		go func() {
 			<-outputDone
 			closeOutput()
@@ -329,8 +325,8 @@ type output struct {
 	w io.Writer
 }
 
-// copyOutput copies each output to its writer, through a cutWriter that
-// run may cut off (p.outs), until the output ends. streamDone has a value
+// copyOutput copies each output to its writer, through a local.Gate that
+// run may cut off (p.cutOutput), until the output ends. streamDone has a value
 // as each ends; outputDone is closed once all have. The copiers are not
 // the session's: a process left running (see run) is read to its
 // output's end, however long after.
@@ -339,7 +335,7 @@ func (p *sshProc) copyOutput(outs ...output) (streamDone, outputDone <-chan stru
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, o := range outs {
-		w := &cutWriter{w: o.w}
+		w := local.NewGate(o.w, nil)
 		p.outs = append(p.outs, w)
 		wg.Go(func() {
 			// Only a read ends it: a closed file, EOF, or a terminal's EIO.
@@ -354,32 +350,12 @@ func (p *sshProc) copyOutput(outs ...output) (streamDone, outputDone <-chan stru
 	return ended, done
 }
 
-// cutWriter is a process's output to its channel. Once cut, or once a
-// write has failed (the channel is gone), what comes is read and dropped,
-// as upstream's sandbox reads on an output nobody takes.
-type cutWriter struct {
-	mu  sync.Mutex
-	w   io.Writer
-	off bool
-}
-
-func (c *cutWriter) Write(b []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.off {
-		if _, err := c.w.Write(b); err != nil {
-			c.off = true
-		}
+// cutOutput cuts the process's output off the channel: what comes is
+// read and dropped, as upstream's sandbox reads an output nobody takes.
+func (p *sshProc) cutOutput() {
+	for _, w := range p.outs {
+		w.Drop()
 	}
-	return len(b), nil
-}
-
-// cut returns once no write to the channel is in progress, and none
-// follows.
-func (c *cutWriter) cut() {
-	c.mu.Lock()
-	c.off = true
-	c.mu.Unlock()
 }
 
 // directTCPIP serves a "direct-tcpip" channel (ssh -L) to a port on the

@@ -161,12 +161,12 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	var wg sync.WaitGroup
 	copyErr := make(chan error, 2)
 	streamDone := make(chan struct{}, 2)
-	var outs []*gate
+	var outs []*Gate
 	for _, p := range []struct {
 		w io.Writer
 		r *os.File
 	}{{cmd.Stdout, outR}, {cmd.Stderr, errR}} {
-		g := &gate{w: orDiscard(p.w), failed: copyErr}
+		g := NewGate(orDiscard(p.w), copyErr)
 		outs = append(outs, g)
 		wg.Add(1)
 		go func() {
@@ -188,25 +188,32 @@ func (r *Runner) Exec(ctx context.Context, cmd *relay.Command) (int, error) {
 	if r.cfg.Abandon {
 		s.abandon = func() {
 			for _, g := range outs {
-				g.drop()
+				g.Drop()
 			}
 		}
 	}
 	return r.supervise(ctx, cmd, c, s)
 }
 
-// gate is an output writer that can be cut off: once dropped, or once
-// its writer has failed (which it reports on failed, once), what comes is
-// read and discarded, so that the process never blocks on a full pipe.
-// drop returns only once no Write to w is in progress, and none follows.
-type gate struct {
+// Gate is a process's output writer that can be cut off: once dropped,
+// or once its writer has failed (which it reports on failed, once, when
+// failed is not nil), what comes is taken and discarded, so that the
+// process never blocks on a full pipe and its output is read to its end,
+// as upstream's sandbox reads an output nobody takes. The embedded
+// gateway's SSH sessions use it too.
+type Gate struct {
 	mu      sync.Mutex
 	w       io.Writer
 	failed  chan<- error
 	dropped bool
 }
 
-func (g *gate) Write(p []byte) (int, error) {
+// NewGate returns a Gate to w.
+func NewGate(w io.Writer, failed chan<- error) *Gate {
+	return &Gate{w: w, failed: failed}
+}
+
+func (g *Gate) Write(p []byte) (int, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.dropped {
@@ -214,12 +221,16 @@ func (g *gate) Write(p []byte) (int, error) {
 	}
 	if _, err := g.w.Write(p); err != nil {
 		g.dropped = true
-		g.failed <- err
+		if g.failed != nil {
+			g.failed <- err
+		}
 	}
 	return len(p), nil
 }
 
-func (g *gate) drop() {
+// Drop cuts the output off w. It returns only once no Write to w is in
+// progress, and none follows.
+func (g *Gate) Drop() {
 	g.mu.Lock()
 	g.dropped = true
 	g.mu.Unlock()
@@ -527,7 +538,7 @@ func (w *pipeWriter) Write(p []byte) (int, error) {
 
 // copyOut copies until EOF, that is until a read fails: a closed pipe is
 // EOF to us. The gate takes care of a failed write.
-func copyOut(g *gate, r *os.File, size int) {
+func copyOut(g *Gate, r *os.File, size int) {
 	buf := make([]byte, size)
 	for {
 		n, err := r.Read(buf)

@@ -59,7 +59,7 @@ func (r *Runner) execTTY(ctx context.Context, cmd *relay.Command, c *exec.Cmd) (
 	copyErr := make(chan error, 1)
 	outputDone := make(chan struct{})
 	streamDone := make(chan struct{}, 1)
-	out := &gate{w: stdout, failed: copyErr}
+	out := NewGate(stdout, copyErr)
 	go func() {
 		defer close(outputDone)
 		copyOut(out, master, r.cfg.ChunkSize)
@@ -100,7 +100,7 @@ func (r *Runner) execTTY(ctx context.Context, cmd *relay.Command, c *exec.Cmd) (
 		// closed once the copier reads the terminal's end.
 		s.abandon = func() {
 			in.abandoned.Store(true)
-			out.drop()
+			out.Drop()
 		}
 	}
 	return r.supervise(ctx, cmd, c, s)
