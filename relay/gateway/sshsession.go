@@ -213,7 +213,7 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 	)
 	start := time.Now()
 	p.wg.Go(func() {
-		end := p.run(ctx, c, 2, streamDone, outputDone, func() { closeFiles(outR, errR) })
+		end := p.run(ctx, c, streamDone, outputDone, func() { closeFiles(outR, errR) })
 		inW.Close()
 		// The same record as an exec RPC's, for the audit log: the
 		// command line is what the client sent (ferry never puts a secret
@@ -236,7 +236,7 @@ func (s *Server) startProc(ctx context.Context, cut context.CancelCauseFunc, ch 
 //
 // It returns how the process ended, as the exec log names it: "exit", or
 // "cancel" when the session or connection ended first.
-func (p *sshProc) run(ctx context.Context, c *exec.Cmd, streams int, streamDone, outputDone <-chan struct{}, closeOutput func()) string {
+func (p *sshProc) run(ctx context.Context, c *exec.Cmd, streamDone, outputDone <-chan struct{}, closeOutput func()) string {
 	exited := make(chan struct{})
 	go func() {
 		waitExited(p.pid)
@@ -269,7 +269,7 @@ func (p *sshProc) run(ctx context.Context, c *exec.Cmd, streams int, streamDone,
 		leave()
 		return "cancel"
 	}
-	settled := local.SettleOutput(ctx, streamDone, streams)
+	settled := local.SettleOutput(ctx, streamDone, len(p.outs))
 	if ctx.Err() != nil {
 		leave()
 		return "cancel"
@@ -499,7 +499,7 @@ func (s *Server) startPTYProc(ctx context.Context, cut context.CancelCauseFunc, 
 	streamDone, outputDone := p.copyOutput(output{master, countWriter{w: &faultWriter{w: ch, c: fault, flip: flipper{at: s.cfg.CorruptStdoutAfter}}, n: &p.counts.stdout}})
 	start := time.Now()
 	p.wg.Go(func() {
-		end := p.run(ctx, c, 1, streamDone, outputDone, func() { master.Close() })
+		end := p.run(ctx, c, streamDone, outputDone, func() { master.Close() })
 		code := p.exitCode(c)
 		s.logTerminate(a.pb.GetMetadata().GetId(), &relay.Command{Argv: argv}, p.pid, code, end)
 		s.logExec(a.pb, &relay.Command{Argv: argv[len(argv)-1:], TTY: true}, &p.counts, time.Since(start), code, end)
