@@ -227,11 +227,12 @@ func TestCancelKillsProcessTree(t *testing.T) {
 func TestTimeoutKillsProcessTree(t *testing.T) {
 	srv := sshdtest.Start(t)
 	c := newClient(t, srv, nil)
+	warm(t, c)
 	m := marker(t)
 	r := run(testCtx(t), c, &relay.Command{
 		Argv:    []string{"sh", "-c", "echo started; sleep 600 & sleep 600; wait"},
 		Env:     map[string]string{"FERRY_MARKER": m},
-		Timeout: 500 * time.Millisecond,
+		Timeout: 2 * time.Second,
 	})
 	if r.err != nil || r.code != relay.ExitTimeout || r.stdout != "started\n" {
 		t.Fatalf("code=%d err=%v stdout=%q, want %d and the output so far", r.code, r.err, r.stdout, relay.ExitTimeout)
@@ -239,16 +240,27 @@ func TestTimeoutKillsProcessTree(t *testing.T) {
 	relaytest.WaitNoMarked(t, m, 5*time.Second)
 }
 
+// warm opens c's connection, so that a command's timeout does not take
+// in the handshake, which a loaded machine (make test under -race) can
+// make last longer than a short timeout.
+func warm(t *testing.T, c relay.Execer) {
+	t.Helper()
+	if r := run(testCtx(t), c, &relay.Command{Argv: []string{"true"}}); r.err != nil || r.code != 0 {
+		t.Fatalf("warm-up: code=%d err=%v", r.code, r.err)
+	}
+}
+
 // TestTTYTimeoutKillsProcessTree: on a terminal sshd makes the shell a
 // session leader of its own; the stop still reaches its whole group.
 func TestTTYTimeoutKillsProcessTree(t *testing.T) {
 	srv := sshdtest.Start(t)
 	c := newClient(t, srv, nil)
+	warm(t, c)
 	m := marker(t)
 	r := run(testCtx(t), c, &relay.Command{
 		Argv:    []string{"sh", "-c", "echo started; sleep 600 & sleep 600; wait"},
 		Env:     map[string]string{"FERRY_MARKER": m},
-		Timeout: 500 * time.Millisecond,
+		Timeout: 2 * time.Second,
 		TTY:     true,
 	})
 	if r.err != nil || r.code != relay.ExitTimeout || !strings.HasPrefix(r.stdout, "started\r\n") {
