@@ -240,20 +240,28 @@ func TestIdleSandboxTar(t *testing.T) {
 		})
 	}
 	t.Run("slow but steady", func(t *testing.T) {
+		// A timeout of its own, five times the pauses: on a loaded machine
+		// a pause may run long, and the case is about a stream that never
+		// stops, not about how punctual the sandbox's sleep is.
+		const timeout = time.Second
+		sb := e.sb
+		sb.IdleTimeout = timeout
 		var b bytes.Buffer
 		tw := tar.NewWriter(&b)
 		// What `tar -C x -c .` sends, with a comment to make it long.
 		tw.WriteHeader(&tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o755})
 		tw.WriteHeader(&tar.Header{Name: "./file", Typeflag: tar.TypeReg, Mode: 0o644, Size: 4,
-			PAXRecords: map[string]string{"comment": strings.Repeat("c", 1500)}})
+			PAXRecords: map[string]string{"comment": strings.Repeat("c", 4000)}})
 		tw.Write([]byte("real"))
 		tw.Close()
 		tarPath := filepath.Join(t.TempDir(), "slow.tar")
 		if err := os.WriteFile(tarPath, b.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		// 512 bytes every 200ms: 1s for the whole, twice the timeout.
-		plantTar(t, e, fmt.Sprintf(`n=$(wc -c <'%s'); i=0; while [ "$i" -lt "$n" ]; do tail -c +$((i+1)) '%s' | head -c 512; i=$((i+512)); sleep 0.2; done`, tarPath, tarPath))
+		// 512 bytes every 200ms, read from one open file: 13 blocks, 2.6s
+		// for the whole, more than twice the timeout.
+		blocks := b.Len() / 512
+		plantTar(t, e, fmt.Sprintf(`exec 3<'%s'; i=0; while [ "$i" -lt %d ]; do dd bs=512 count=1 <&3 2>/dev/null; sleep 0.2; i=$((i+1)); done`, tarPath, blocks))
 		dst := filepath.Join(t.TempDir(), "got")
 		start := time.Now()
 		if _, err := ferry.Download(ctx(t), sb, []string{"x/."}, dst, archive.Limits{}); err != nil {
