@@ -10,6 +10,11 @@ FERRY := $(BIN)/ferry
 # tmux as the terminal of `ferry exec -t`'s test.
 APT_PKGS := openssh-server openssh-client protobuf-compiler libprotobuf-dev busybox tar rsync time bc zstd tmux
 TEST_TIMEOUT ?= 30m
+GOTESTSUM_VERSION := v1.13.0
+# make test lists the tests that took longer than this.
+SLOW_TEST ?= 10s
+# make test PKGS=./session/... runs a part.
+PKGS ?= ./...
 
 # The agent ferry installs in sandboxes: static, one build per
 # architecture, zstd-compressed and embedded in ferry (transfer/agent/bundle).
@@ -76,14 +81,27 @@ deps:
 		echo "installing: versitygw v1.8.0 (the S3 server of the session store tests)"; \
 		$(GO) install github.com/versity/versitygw/cmd/versitygw@v1.8.0; \
 	}
+	@gobin=$$($(GO) env GOBIN); [ -n "$$gobin" ] || gobin=$$($(GO) env GOPATH | cut -d: -f1)/bin; \
+	[ -x "$$gobin/gotestsum" ] && "$$gobin/gotestsum" --version 2>/dev/null | grep -q ' $(GOTESTSUM_VERSION)$$' || { \
+		echo "installing: gotestsum $(GOTESTSUM_VERSION) (make test's runner, for its list of slow tests)"; \
+		$(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION); \
+	}
 
 vet:
 	$(GO) vet ./...
 
 # The agent builds first: the benchmarks' path tests run ferry's own
 # binary, which carries them, as make build's does.
+# gotestsum runs go test, printing a line a package and the whole output
+# of a failed test (its --- FAIL lines included), keeps the events in
+# build/test.json and, passed or failed, lists the slowest tests after the
+# run: where a slow machine's minutes went.
 test: deps agent vet
-	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+	@mkdir -p build
+	@gobin=$$($(GO) env GOBIN); [ -n "$$gobin" ] || gobin=$$($(GO) env GOPATH | cut -d: -f1)/bin; \
+	"$$gobin/gotestsum" --format pkgname-and-test-fails --format-icons text --hide-summary skipped --jsonfile build/test.json -- -race -timeout $(TEST_TIMEOUT) $(PKGS); rc=$$?; \
+	echo "tests over $(SLOW_TEST):"; "$$gobin/gotestsum" tool slowest --jsonfile build/test.json --threshold $(SLOW_TEST) | head -25; \
+	exit $$rc
 
 demo: deps build
 	@FERRY=$(FERRY) bash cmd/ferry/demo.sh
