@@ -25,11 +25,11 @@ import (
 
 // Bounds of TestSessionPruneRace: at least minRaceRounds rounds, and more
 // until a prune has met a save in flight and one has removed a chunk or
-// pack (on S3 a pack goes only once none of its chunks is referenced,
-// which some runs of six rounds never reach), up to maxRaceRounds.
+// pack (on S3 a pack goes only once none of its chunks is referenced),
+// up to maxRaceRounds.
 const (
-	minRaceRounds = 6
-	maxRaceRounds = 30
+	minRaceRounds = 4
+	maxRaceRounds = 20
 )
 
 // TestSessionPruneRace is issue 20's operator: a cron prune (--older-than
@@ -42,7 +42,11 @@ const (
 // it byte for byte with the tree that was saved as it. The prunes run
 // with a grace period of a millisecond, so that only the store's locks
 // keep a save's reused chunks; the test asserts that a prune did meet a
-// save in flight (it reports the snapshot it kept for it) at least once.
+// save in flight (it reports the snapshot it kept for it) at least once,
+// and that one removed chunks. Rounds alternate: in odd ones the prunes
+// start once both saves hold their locks, at a random point of them (a
+// save in flight for certain); in even ones at a random delay from the
+// saves' start, which may fall before a save's lock or after its commit.
 func TestSessionPruneRace(t *testing.T) {
 	xdg := isolate(t)
 	bundle := filepath.Join(xdg, "bundle.gob")
@@ -116,11 +120,16 @@ func testPruneRace(t *testing.T, bundle string, env, store []string, b session.B
 			}
 			fmt.Fprintf(f, "{\"round\":%d,\"node\":%q,\"pad\":%q}\n", round, n.name, strings.Repeat("x", rnd.IntN(4096)))
 			f.Close()
-			// New data for the save to fetch and store: the longer a save
-			// is in flight, the more of a prune it overlaps.
-			fresh := make([]byte, 2<<20+rnd.IntN(2<<20))
+			// New data for the save to fetch and store, in place of the
+			// last round's: the session keeps its size, and the chunks of
+			// the file it drops are the prunes' to remove once no kept
+			// snapshot holds them.
+			fresh := make([]byte, 1<<20+rnd.IntN(1<<20))
 			for j := range fresh {
 				fresh[j] = byte(rnd.Uint32())
+			}
+			if err := os.Remove(filepath.Join(sess, fmt.Sprintf("r%d", round-1))); err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
 			}
 			writeFile(t, filepath.Join(sess, fmt.Sprintf("r%d", round)), fresh, 0o644)
 			copies[i] = filepath.Join(t.TempDir(), "saved")
@@ -133,19 +142,29 @@ func testPruneRace(t *testing.T, bundle string, env, store []string, b session.B
 		var wg sync.WaitGroup
 		saves := make([]nodeResult, len(nodes))
 		prunes := make([]nodeResult, len(nodes))
+		savesDone := make(chan struct{})
+		var saving sync.WaitGroup
 		for i, n := range nodes {
-			wg.Go(func() { saves[i] = n.run(t, "--json", "session", "save", "box:sess", keys[i]) })
+			saving.Go(func() { saves[i] = n.run(t, "--json", "session", "save", "box:sess", keys[i]) })
+		}
+		go func() { saving.Wait(); close(savesDone) }()
+		locked := round%2 == 1 && waitSaveLocks(t, b, len(nodes), savesDone)
+		for i, n := range nodes {
 			opt := []string{"--older-than", "1s"}
 			if (i+round)%2 == 0 {
 				opt = []string{"--keep", "1"}
 			}
 			delay := time.Duration(rnd.IntN(400)) * time.Millisecond
+			if locked {
+				delay /= 4
+			}
 			wg.Go(func() {
 				time.Sleep(delay)
 				prunes[i] = n.run(t, append([]string{"--json", "session", "prune", "--grace", "1ms"}, opt...)...)
 			})
 		}
 		wg.Wait()
+		<-savesDone
 		for i, r := range saves {
 			if r.code != 0 {
 				t.Fatalf("round %d: node %s: save: exit %d, stderr %q", round, nodes[i].name, r.code, r.stderr)
@@ -200,4 +219,27 @@ func testPruneRace(t *testing.T, bundle string, env, store []string, b session.B
 	if r := nodes[0].run(t, "session", "verify"); r.code != 0 {
 		t.Fatalf("verify after the rounds: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
+}
+
+// waitSaveLocks waits until the store holds n save locks (the saves are
+// in flight) and reports true, or reports false once the saves are done
+// without that having been seen, or after nodeWait.
+func waitSaveLocks(t *testing.T, b session.Backend, n int, done <-chan struct{}) bool {
+	t.Helper()
+	deadline := time.Now().Add(nodeWait)
+	for time.Now().Before(deadline) {
+		held := 0
+		if err := b.List(context.Background(), "locks/save/", func(session.ObjectInfo) error { held++; return nil }); err != nil {
+			t.Fatalf("list save locks: %v", err)
+		}
+		if held >= n {
+			return true
+		}
+		select {
+		case <-done:
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return false
 }
