@@ -206,3 +206,52 @@ func TestCleanupBeforeRename(t *testing.T) {
 		})
 	}
 }
+
+// TestCleanupWaitsForAStart: with no temp dir to be seen, the cleanup
+// gives an upload script that may not have begun half a second to make
+// one, and removes the one it makes; told that the script said it had
+// started (and so had its dir already, now gone), it does not wait.
+func TestCleanupWaitsForAStart(t *testing.T) {
+	for _, sh := range [][]string{{"/bin/sh"}, {"/usr/bin/busybox", "sh"}} {
+		t.Run(strings.Join(sh, " "), func(t *testing.T) {
+			if _, err := os.Stat(sh[0]); err != nil {
+				t.Skipf("no %s", sh[0])
+			}
+			t.Run("late", func(t *testing.T) {
+				dir := t.TempDir()
+				tmp := filepath.Join(dir, ".ferry-up-00ac")
+				cmd := exec.Command(sh[0], append(sh[1:], "-c", posix.Scripts["cleanup"], "sh", tmp)...)
+				var out bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &out, &out
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				// The script starts late, makes its dir and dies.
+				time.Sleep(150 * time.Millisecond)
+				if err := os.MkdirAll(tmp+".999999994/r", 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(tmp+".999999994/pid", []byte("999999994\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := cmd.Wait(); err != nil {
+					t.Fatalf("cleanup: %v\n%s", err, out.String())
+				}
+				if des, _ := os.ReadDir(dir); len(des) != 0 {
+					t.Fatalf("left %v: the cleanup did not wait for a script that started late", des)
+				}
+			})
+			t.Run("started", func(t *testing.T) {
+				tmp := filepath.Join(t.TempDir(), ".ferry-up-00ad")
+				start := time.Now()
+				if out, err := exec.Command(sh[0], append(sh[1:], "-c", posix.Scripts["cleanup"], "sh", tmp, "started")...).CombinedOutput(); err != nil {
+					t.Fatalf("cleanup: %v\n%s", err, out)
+				}
+				// Waiting would take five sleeps of 0.1s.
+				if d := time.Since(start); d >= 450*time.Millisecond {
+					t.Errorf("cleanup took %v with the script started and its dir gone", d)
+				}
+			})
+		})
+	}
+}

@@ -131,7 +131,7 @@ func (r Remote) Upload(ctx context.Context, archive io.Reader, dest string, plac
 		}
 	}
 	if err != nil {
-		return res, r.cleanup(ctx, tmp, fmt.Errorf("upload to %s: %w", dest, err))
+		return res, r.cleanup(ctx, tmp, ctl, fmt.Errorf("upload to %s: %w", dest, err))
 	}
 	if v, ok := ctl.msg("ok"); ok && code == 0 {
 		n, perr := strconv.ParseInt(v, 10, 64)
@@ -144,7 +144,7 @@ func (r Remote) Upload(ctx context.Context, archive io.Reader, dest string, plac
 	v, ok := ctl.msg("fail")
 	if !ok {
 		// The script did not get to say why: killed, or no sh.
-		return res, r.cleanup(ctx, tmp, fmt.Errorf("upload to %s: %w", dest, &ExitError{Op: "sh", Code: code, Stderr: ctl.stderr()}))
+		return res, r.cleanup(ctx, tmp, ctl, fmt.Errorf("upload to %s: %w", dest, &ExitError{Op: "sh", Code: code, Stderr: ctl.stderr()}))
 	}
 	return res, uploadFailure(dest, v, wantEntries, ctl.stderr())
 }
@@ -187,13 +187,19 @@ func uploadFailure(dest, msg string, want int64, stderr string) error {
 
 // cleanup removes tmp with a second exec, when the upload's script may
 // have died before it could (a cut relay, a kill); it runs even if ctx is
-// done. Its own failure is added to err's message; err stays what
-// errors.Is sees.
-func (r Remote) cleanup(ctx context.Context, tmp string, err error) error {
+// done. up is the upload's control: once its script said it had started,
+// a temp dir that is not there was removed by the script, and the cleanup
+// does not wait for it to appear. Its own failure is added to err's
+// message; err stays what errors.Is sees.
+func (r Remote) cleanup(ctx context.Context, tmp string, up *control, err error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	args := []string{tmp}
+	if _, ok := up.msg("started"); ok {
+		args = append(args, "started")
+	}
 	ctl := newControl(newTag())
-	code, cerr := r.run(cctx, cleanupScript, []string{tmp}, nil, nil, ctl)
+	code, cerr := r.run(cctx, cleanupScript, args, nil, nil, ctl)
 	if cerr == nil && code != 0 {
 		cerr = &ExitError{Op: "rm", Code: code, Stderr: ctl.stderr()}
 	}

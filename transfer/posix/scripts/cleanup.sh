@@ -1,9 +1,11 @@
-# cleanup.sh TMP: removes an upload's temp dir after its own script could
-# not (a kill, a cut relay), under its name TMP or, if that script did not
-# get to rename it, TMP.PID. The script may still be starting or dying:
-# while the pid in TMP/pid or in the name TMP.PID is a live process, wait
-# for it (up to 5s); with neither yet, give the script half a second to
-# show up. Removal that races a dying tar's last writes is tried again.
+# cleanup.sh TMP [started]: removes an upload's temp dir after its own
+# script could not (a kill, a cut relay), under its name TMP or, if that
+# script did not get to rename it, TMP.PID. The script may still be
+# starting or dying: while the pid in TMP/pid or in the name TMP.PID is a
+# live process, wait for it (up to 5s); with neither yet, give the script
+# half a second to show up, unless the host heard it say it had written
+# its pid ("started"): then neither means it removed its dir itself.
+# Removal that races a dying tar's last writes is tried again.
 # gone PID: no such process, or a zombie (killed, waiting to be reaped).
 gone() {
 	if ! kill -0 "$1" 2>/dev/null; then return 0; fi;
@@ -24,7 +26,7 @@ while [ "$i" -lt 50 ]; do
 	fi;
 	if [ -n "$pid" ]; then
 		if gone "$pid"; then break; fi;
-	elif [ "$i" -ge 5 ]; then
+	elif [ "$i" -ge 5 ] || [ "$2" = started ]; then
 		break;
 	fi;
 	sleep 0.1 2>/dev/null || sleep 1;

@@ -11,7 +11,9 @@
 # the script to be gone, and so that the next upload into PARENT removes it
 # (its owner dead) if nothing else did: that sweep reports "TAG swept N".
 # TMP is made as TMP.PID and renamed once TMP.PID/pid is written: at no
-# point does a kill leave a temp dir that does not say whose it is.
+# point does a kill leave a temp dir that does not say whose it is. Once
+# the pid is written the script says "TAG started": a cleanup after it
+# need not wait for a script that may not have begun.
 tag=$1 place=$2 dest=$3 parent=$4 tmp=$5 want=$6;
 made=;
 say() { printf '%s %s\n' "$tag" "$*" >&2; };
@@ -148,6 +150,7 @@ if exists "$tmp"; then fail tmp 1; fi;
 mkdir -m 700 -- "$pre" || fail tmp "$?";
 made=1;
 echo "$$" > "$pre/pid" || fail tmp "$?";
+say started;
 mv -- "$pre" "$tmp" || fail tmp "$?";
 mkdir -- "$tmp/r" || fail tmp "$?";
 tar -x -p -o -f - -C "$tmp/r" || fail tar "$?";
