@@ -87,7 +87,7 @@ const cleanupTimeout = 15 * time.Second
 // ended, archive failed), Upload removes the temp dir with a second exec
 // that runs even if ctx is done, bounded by 15s; it waits for the first
 // script to be gone, which costs up to half a second when that script
-// never started.
+// never started, or its word that it had did not reach the host.
 //
 // As relay.Execer allows, Upload may return before archive is read to EOF
 // (the sandbox refused early) and a Read in progress then may still return
