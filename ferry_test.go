@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferry-dev/ferry"
+	"github.com/ferry-dev/ferry/internal/waitfor"
 	"github.com/ferry-dev/ferry/relay"
 	"github.com/ferry-dev/ferry/relay/gateway/gatewaytest"
 	"github.com/ferry-dev/ferry/relay/grpcbuf"
@@ -376,12 +377,20 @@ func testRunPullsAfterCancel(t *testing.T, mode variant) {
 	e := newEnvVia(t, mode)
 	out := t.TempDir()
 	c, cancel := context.WithCancel(ctx(t))
-	time.AfterFunc(2*time.Second, cancel)
-	_, err := ferry.Run(c, e.sb, ferry.RunSpec{
-		Argv: []string{"sh", "-c", `mkdir -p rascal-meta; echo '{"exit_code":1}' > rascal-meta/meta.json; sleep 600`},
-		Out:  out,
-	})
-	if !errors.Is(err, context.Canceled) {
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ferry.Run(c, e.sb, ferry.RunSpec{
+			Argv: []string{"sh", "-c", `mkdir -p rascal-meta; echo '{"exit_code":1}' > rascal-meta/.m; mv rascal-meta/.m rascal-meta/meta.json; sleep 600`},
+			Out:  out,
+		})
+		errc <- err
+	}()
+	// The cancel comes once the command has written meta.json, and is
+	// in its sleep.
+	waitfor.File(t, filepath.Join(e.root, "rascal-meta", "meta.json"), 30*time.Second)
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 	if _, err := os.Stat(filepath.Join(out, "meta.json")); err != nil {
