@@ -28,6 +28,5 @@ func TestSSHConformance(t *testing.T) {
 		// sshexec's wrapper shell reports its child's death by SIGKILL
 		// as 128+9.
 		KilledExit: 137,
-		BigSize:    64 << 20,
 	})
 }

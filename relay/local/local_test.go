@@ -58,7 +58,6 @@ func TestLoginShellMode(t *testing.T) {
 			return relaytest.CutOutput(c, n), "shell"
 		},
 		KilledExit: 1,
-		BigSize:    64 << 20,
 	})
 }
 

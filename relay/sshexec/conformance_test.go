@@ -27,7 +27,6 @@ func TestConformance(t *testing.T) {
 				}
 			}), "sshd"
 		},
-		BigSize: 64 << 20,
 		// The wrapper's shell reports its child's death by SIGKILL as
 		// 128+9, and so would an exit-signal "KILL".
 		KilledExit: 137,
