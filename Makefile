@@ -95,11 +95,13 @@ vet:
 # gotestsum runs go test, printing a line a package and the whole output
 # of a failed test (its --- FAIL lines included), keeps the events in
 # build/test.json and, passed or failed, lists the slowest tests after the
-# run: where a slow machine's minutes went.
+# run: where a slow machine's minutes went. GORACE spares each -race test
+# binary the second it would sleep before exiting 0 (atexit_sleep_ms);
+# a GORACE of the caller's comes after, and wins.
 test: deps agent vet
 	@mkdir -p build
 	@gobin=$$($(GO) env GOBIN); [ -n "$$gobin" ] || gobin=$$($(GO) env GOPATH | cut -d: -f1)/bin; \
-	"$$gobin/gotestsum" --format pkgname-and-test-fails --format-icons text --hide-summary skipped --jsonfile build/test.json -- -race -timeout $(TEST_TIMEOUT) $(PKGS); rc=$$?; \
+	GORACE="atexit_sleep_ms=0 $$GORACE" "$$gobin/gotestsum" --format pkgname-and-test-fails --format-icons text --hide-summary skipped --jsonfile build/test.json -- -race -timeout $(TEST_TIMEOUT) $(PKGS); rc=$$?; \
 	echo "tests over $(SLOW_TEST):"; "$$gobin/gotestsum" tool slowest --jsonfile build/test.json --threshold $(SLOW_TEST) | head -25; \
 	exit $$rc
 

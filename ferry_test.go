@@ -31,6 +31,12 @@ import (
 
 func TestMain(m *testing.M) {
 	grpcbuf.Install()
+	// Children of this binary (launcher_test.go's) exit without the
+	// second a -race build sleeps before it exits 0, unless the caller
+	// set GORACE.
+	if _, ok := os.LookupEnv("GORACE"); !ok {
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
 	goleak.VerifyTestMain(m)
 }
 
