@@ -280,8 +280,10 @@ func TestIdleNotForCommands(t *testing.T) {
 	e := newEnv(t, transfer.ModePOSIX)
 	write(t, e.root, map[string]string{"rascal-meta/meta.json": "{}"})
 	sb := e.sb
-	sb.IdleTimeout = 300 * time.Millisecond
-	res, err := ferry.Run(ctx(t), sb, ferry.RunSpec{Argv: []string{"sleep", "1"}, Out: t.TempDir()})
+	// Short, and yet long enough for the pull's exec on a loaded machine:
+	// the case is the command's silence, two and a half timeouts of it.
+	sb.IdleTimeout = 600 * time.Millisecond
+	res, err := ferry.Run(ctx(t), sb, ferry.RunSpec{Argv: []string{"sleep", "1.5"}, Out: t.TempDir()})
 	if err != nil || res.ExitCode != 0 || res.PullErr != nil {
 		t.Fatalf("a silent command: %+v, %v", res, err)
 	}
@@ -443,7 +445,9 @@ func TestIdleNotForSessionWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb := e.sb
-	sb.IdleTimeout = 300 * time.Millisecond
+	// Half the prune's wait below: the wait outlasts the timeout, and the
+	// run's restore, pull and save, watched, have room on a loaded machine.
+	sb.IdleTimeout = time.Second
 	// A prune's lock, as another node's prune writes it, live for 2s.
 	const ttl = 2 * time.Second
 	pruning := func(t *testing.T, name string) {
