@@ -43,10 +43,12 @@ const (
 // with a grace period of a millisecond, so that only the store's locks
 // keep a save's reused chunks; the test asserts that a prune did meet a
 // save in flight (it reports the snapshot it kept for it) at least once,
-// and that one removed chunks. Rounds alternate: in odd ones the prunes
-// start once both saves hold their locks, at a random point of them (a
-// save in flight for certain); in even ones at a random delay from the
-// saves' start, which may fall before a save's lock or after its commit.
+// and that one removed chunks. In odd rounds the prunes start once both
+// saves hold their locks, at a random point of them (a save in flight for
+// certain); in every fourth they start after both saves, so that they
+// remove what no snapshot they keep holds (a prune that meets a save
+// removes no chunk); in the others at a random delay from the saves'
+// start, which may fall before a save's lock or after its commit.
 func TestSessionPruneRace(t *testing.T) {
 	xdg := isolate(t)
 	bundle := filepath.Join(xdg, "bundle.gob")
@@ -148,7 +150,13 @@ func testPruneRace(t *testing.T, bundle string, env, store []string, b session.B
 			saving.Go(func() { saves[i] = n.run(t, "--json", "session", "save", "box:sess", keys[i]) })
 		}
 		go func() { saving.Wait(); close(savesDone) }()
-		locked := round%2 == 1 && waitSaveLocks(t, b, len(nodes), savesDone)
+		var locked bool
+		switch {
+		case round%2 == 1:
+			locked = waitSaveLocks(t, b, len(nodes), savesDone)
+		case round%4 == 0:
+			<-savesDone
+		}
 		for i, n := range nodes {
 			opt := []string{"--older-than", "1s"}
 			if (i+round)%2 == 0 {
