@@ -19,16 +19,12 @@ func TestMain(m *testing.M) {
 	// The CLI installs a fresh build of the agent, as `make build` would
 	// embed it.
 	agentBundle = agenttest.Build
-	quickRaceExit()
-	goleak.VerifyTestMain(m)
-}
-
-// quickRaceExit spares the children these tests start of this binary (run
-// as ferry, or as a killed helper) the second a -race build sleeps before
-// it exits 0 (GORACE's atexit_sleep_ms), which tests of a few dozen
-// children pay in full. A GORACE the caller set is left as it is.
-func quickRaceExit() {
+	// The children these tests start of this binary (run as ferry) exit
+	// without the second a -race build sleeps before it exits 0 (GORACE's
+	// atexit_sleep_ms), which tests of a few dozen children would pay in
+	// full; a GORACE the caller set is left as it is.
 	if _, ok := os.LookupEnv("GORACE"); !ok {
 		os.Setenv("GORACE", "atexit_sleep_ms=0")
 	}
+	goleak.VerifyTestMain(m)
 }
