@@ -243,13 +243,19 @@ func TestCleanupWaitsForAStart(t *testing.T) {
 			})
 			t.Run("started", func(t *testing.T) {
 				tmp := filepath.Join(t.TempDir(), ".ferry-up-00ad")
-				start := time.Now()
-				if out, err := exec.Command(sh[0], append(sh[1:], "-c", posix.Scripts["cleanup"], "sh", tmp, "started")...).CombinedOutput(); err != nil {
-					t.Fatalf("cleanup: %v\n%s", err, out)
+				// Waiting would take five sleeps of 0.1s. The quickest of
+				// three runs, so that a loaded machine's one slow start
+				// is not taken for a wait.
+				quickest := time.Hour
+				for range 3 {
+					start := time.Now()
+					if out, err := exec.Command(sh[0], append(sh[1:], "-c", posix.Scripts["cleanup"], "sh", tmp, "started")...).CombinedOutput(); err != nil {
+						t.Fatalf("cleanup: %v\n%s", err, out)
+					}
+					quickest = min(quickest, time.Since(start))
 				}
-				// Waiting would take five sleeps of 0.1s.
-				if d := time.Since(start); d >= 450*time.Millisecond {
-					t.Errorf("cleanup took %v with the script started and its dir gone", d)
+				if quickest >= 450*time.Millisecond {
+					t.Errorf("cleanup took %v with the script started and its dir gone", quickest)
 				}
 			})
 		})
