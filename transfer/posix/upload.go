@@ -125,13 +125,14 @@ func (r Remote) Upload(ctx context.Context, archive io.Reader, dest string, plac
 		[]string{tag, word, rd, parent, tmp, strconv.FormatInt(wantEntries, 10)},
 		in, out, ctl)
 	res := Result{WireBytes: in.n.Load() + out.n.Load() + ctl.wire.Load()}
+	_, started := ctl.msg("started")
 	if v, ok := ctl.msg("swept"); ok {
 		if n, perr := strconv.Atoi(v); perr == nil && n > 0 {
 			res.Swept = n
 		}
 	}
 	if err != nil {
-		return res, r.cleanup(ctx, tmp, ctl, fmt.Errorf("upload to %s: %w", dest, err))
+		return res, r.cleanup(ctx, tmp, started, fmt.Errorf("upload to %s: %w", dest, err))
 	}
 	if v, ok := ctl.msg("ok"); ok && code == 0 {
 		n, perr := strconv.ParseInt(v, 10, 64)
@@ -144,7 +145,7 @@ func (r Remote) Upload(ctx context.Context, archive io.Reader, dest string, plac
 	v, ok := ctl.msg("fail")
 	if !ok {
 		// The script did not get to say why: killed, or no sh.
-		return res, r.cleanup(ctx, tmp, ctl, fmt.Errorf("upload to %s: %w", dest, &ExitError{Op: "sh", Code: code, Stderr: ctl.stderr()}))
+		return res, r.cleanup(ctx, tmp, started, fmt.Errorf("upload to %s: %w", dest, &ExitError{Op: "sh", Code: code, Stderr: ctl.stderr()}))
 	}
 	return res, uploadFailure(dest, v, wantEntries, ctl.stderr())
 }
@@ -187,15 +188,16 @@ func uploadFailure(dest, msg string, want int64, stderr string) error {
 
 // cleanup removes tmp with a second exec, when the upload's script may
 // have died before it could (a cut relay, a kill); it runs even if ctx is
-// done. up is the upload's control: once its script said it had started,
-// a temp dir that is not there was removed by the script, and the cleanup
-// does not wait for it to appear. Its own failure is added to err's
-// message; err stays what errors.Is sees.
-func (r Remote) cleanup(ctx context.Context, tmp string, up *control, err error) error {
+// done. started says the upload's script said it had started: then a
+// temp dir that is not there was removed by the script, and the cleanup
+// does not wait for it to appear (a sandbox that says so falsely only
+// leaves its own temp dir to the next upload's sweep). Its own failure is
+// added to err's message; err stays what errors.Is sees.
+func (r Remote) cleanup(ctx context.Context, tmp string, started bool, err error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	args := []string{tmp}
-	if _, ok := up.msg("started"); ok {
+	if started {
 		args = append(args, "started")
 	}
 	ctl := newControl(newTag())
