@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -111,6 +112,44 @@ func TestDialReplacesStaleAgent(t *testing.T) {
 	}
 	if want := cfg.Bundle[runtime.GOARCH].Digest; c.Hello.Digest != want {
 		t.Errorf("hello %v, want our digest", c.Hello)
+	}
+}
+
+// TestDialPrunesOldBuilds: a sandbox whose cache holds older builds of
+// the agent (ferry upgraded four times) keeps four after the new build is
+// installed: the new one and the three most recently installed.
+func TestDialPrunesOldBuilds(t *testing.T) {
+	cfg, tmp := sandbox(t, false)
+	dir := filepath.Join(tmp, fmt.Sprintf(".ferry-%d", os.Getuid()))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		p := filepath.Join(dir, fmt.Sprintf("agent-%024x", i))
+		if err := os.WriteFile(p, []byte("#!/bin/sh\nexit 1\n"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(-time.Duration(10-i) * time.Hour)
+		if err := os.Chtimes(p, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, d, err := agent.Dial(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if !d.Installed {
+		t.Fatalf("dial = %+v, want an install", d)
+	}
+	got, _ := filepath.Glob(filepath.Join(dir, "agent-*"))
+	for i := range got {
+		got[i] = filepath.Base(got[i])
+	}
+	want := []string{fmt.Sprintf("agent-%024x", 1), fmt.Sprintf("agent-%024x", 2), fmt.Sprintf("agent-%024x", 3), cfg.Bundle[runtime.GOARCH].CacheName()}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("cached builds %q, want %q", got, want)
 	}
 }
 

@@ -1,0 +1,140 @@
+package agent
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestInstallScriptPrunes runs the install script with coreutils and with
+// busybox's applets in a cache holding older builds: it installs the new
+// build, keeps the cacheKeep most recently installed ones (the new one
+// among them) with their kept digests, and removes the older builds and
+// their digests. A link named as a build is removed, not what it points
+// at; names not of the cache's form, the temp files of an install in
+// flight among them, are left alone.
+func TestInstallScriptPrunes(t *testing.T) {
+	keep, err := strconv.Atoi(cacheKeep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tools := range []string{"coreutils", "busybox"} {
+		t.Run(tools, func(t *testing.T) {
+			path := os.Getenv("PATH")
+			if tools == "busybox" {
+				path = busyboxPath(t, "sh", "ls", "rm", "mv", "mkdir", "chmod", "cat")
+			}
+			shell, err := exec.LookPath("sh")
+			if tools == "busybox" {
+				shell = filepath.Join(path, "sh")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmp := t.TempDir()
+			dir := filepath.Join(tmp, ".ferry-"+uidString())
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			outside := filepath.Join(tmp, "outside")
+			if err := os.WriteFile(outside, []byte("not the cache's"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			// Older builds, oldest first, installed an hour apart; the
+			// oldest is a link to a file outside the cache.
+			now := time.Now()
+			var old []string
+			for i := range keep + 2 {
+				name := fmt.Sprintf("agent-%024x", i+1)
+				old = append(old, name)
+				p := filepath.Join(dir, name)
+				at := now.Add(-time.Duration(keep+3-i) * time.Hour)
+				if i == 0 {
+					if err := os.Symlink(outside, p); err != nil {
+						t.Fatal(err)
+					}
+					tv := []unix.Timeval{unix.NsecToTimeval(at.UnixNano()), unix.NsecToTimeval(at.UnixNano())}
+					if err := unix.Lutimes(p, tv); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					writeAt(t, p, at)
+				}
+				writeAt(t, filepath.Join(dir, "."+name+".digest"), at)
+			}
+			others := []string{"agent-notes.txt", "agent-", ".agent-0123.4567", "README"}
+			for _, name := range others {
+				writeAt(t, filepath.Join(dir, name), now.Add(-100*time.Hour))
+			}
+
+			const key = "00000000000000000000ffff"
+			cmd := exec.Command(shell, "-c", installScript, "sh", dir, key, "raw")
+			cmd.Env = []string{"PATH=" + path, "TMPDIR=" + tmp}
+			cmd.Stdin = strings.NewReader("#!/bin/sh\n")
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("install: %v, stderr %q", err, stderr.String())
+			}
+			if got, err := os.ReadFile(filepath.Join(dir, "agent-"+key)); err != nil || string(got) != "#!/bin/sh\n" {
+				t.Fatalf("installed agent: %q, %v", got, err)
+			}
+			var want []string
+			for _, name := range old[len(old)-(keep-1):] {
+				want = append(want, name, "."+name+".digest")
+			}
+			want = append(append(want, "agent-"+key), others...)
+			slices.Sort(want)
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range ents {
+				got = append(got, e.Name())
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("cache after the install:\n%q\nwant\n%q", got, want)
+			}
+			if b, err := os.ReadFile(outside); err != nil || string(b) != "not the cache's" {
+				t.Errorf("the link's target: %q, %v; want it untouched", b, err)
+			}
+		})
+	}
+}
+
+func writeAt(t *testing.T, p string, at time.Time) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte("old"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, at, at); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// busyboxPath returns a directory of busybox's applets named, for a PATH
+// of only those.
+func busyboxPath(t *testing.T, applets ...string) string {
+	t.Helper()
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Fatalf("busybox not found: %v", err)
+	}
+	dir := t.TempDir()
+	for _, a := range applets {
+		if err := os.Symlink(bb, filepath.Join(dir, a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
