@@ -661,7 +661,15 @@ func printLinkTable(p linkemu.Profile, sc linkScale, rows []linkRow, notes []str
 				fmt.Printf("  %-4s %-40s ferry/rsync %.2f, goal <= 0.30\n", mark(r.Ratio <= 0.3), what, r.Ratio)
 			}
 			if goal > 0 {
-				fmt.Printf("  %-4s %-40s ferry/best-peer %.2f (%s), goal <= %.2f\n", mark(r.Ratio <= goal), what, r.Ratio, r.BestPeer, goal)
+				// A goal under the row's floor asks for less time than
+				// the link needs for ferry's own bytes and round trips:
+				// on incompressible data no peer sends fewer bytes, so
+				// the floor is every peer's too.
+				bound := ""
+				if at := goal * r.Seconds / r.Ratio; r.Ratio > goal && r.Floor > 0 && at < r.Floor {
+					bound = fmt.Sprintf(": %.2f s, under the floor %.2f s", at, r.Floor)
+				}
+				fmt.Printf("  %-4s %-40s ferry/best-peer %.2f (%s), goal <= %.2f%s\n", mark(r.Ratio <= goal), what, r.Ratio, r.BestPeer, goal, bound)
 			}
 			if !session {
 				fmt.Printf("  %-4s %-40s ferry/floor %.2f (floor %.2f s), goal <= 1.30\n", mark(r.FloorRatio <= 1.3), what, r.FloorRatio, r.Floor)
