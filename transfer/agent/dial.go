@@ -122,8 +122,8 @@ const serveScript = `if [ "$3" = serve ]; then for d in "${TMPDIR:-/tmp}"/.ferry
 // Each ferry release is a new build under a new key, so a sandbox that
 // outlives a few upgrades would keep a 9 MB agent for each. Once the new
 // build is in place, the script keeps the cacheKeep most recently
-// installed builds (this one among them) and removes the rest with their
-// kept digests. A host still running an older build that was removed
+// installed builds (this one among them, whatever the others' times say)
+// and removes the rest with their kept digests. A host still running an older build that was removed
 // installs it again on its next dial; a running agent keeps its open
 // binary. Only names of the cache's own form are touched: rm removes a
 // link named so, never what it points at. The pruning cannot fail the
@@ -133,7 +133,7 @@ const installScript = `set -e; umask 077; mkdir -p "$1"; ` +
 	`t="$1/.agent-$2.$$"; trap 'rm -f "$t"' EXIT; ` +
 	`case "$3" in zstd) zstd -dcq >"$t";; gzip) gzip -dc >"$t";; *) cat >"$t";; esac; ` +
 	`chmod 0700 "$t"; mv -f "$t" "$1/agent-$2"; trap - EXIT; ` +
-	`ls -t "$1" 2>/dev/null | { n=0; while IFS= read -r f; do case $f in agent-*[!0-9a-f]*) ;; agent-?*) n=$((n+1)); ` +
+	`ls -t "$1" 2>/dev/null | { n=1; while IFS= read -r f; do case $f in "agent-$2"|agent-*[!0-9a-f]*) ;; agent-?*) n=$((n+1)); ` +
 	`[ $n -le ` + cacheKeep + ` ] || rm -f "$1/$f" "$1/.$f.digest";; esac; done; } || true`
 
 // cacheKeep is how many agent builds a sandbox's cache keeps (see

@@ -18,8 +18,8 @@ import (
 // TestInstallScriptPrunes runs the install script with coreutils and with
 // busybox's applets in a cache holding older builds: it installs the new
 // build, keeps the cacheKeep most recently installed ones (the new one
-// among them) with their kept digests, and removes the older builds and
-// their digests. A link named as a build is removed, not what it points
+// among them, even where the others' times are ahead of the clock) with
+// their kept digests, and removes the older builds and their digests. A link named as a build is removed, not what it points
 // at; names not of the cache's form, the temp files of an install in
 // flight among them, are left alone.
 func TestInstallScriptPrunes(t *testing.T) {
@@ -27,8 +27,12 @@ func TestInstallScriptPrunes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tools := range []string{"coreutils", "busybox"} {
-		t.Run(tools, func(t *testing.T) {
+	for _, tc := range []struct {
+		tools  string
+		future bool // the older builds' times are ahead of the clock
+	}{{"coreutils", false}, {"busybox", false}, {"coreutils", true}} {
+		tools := tc.tools
+		t.Run(fmt.Sprintf("%s/future=%v", tools, tc.future), func(t *testing.T) {
 			path := os.Getenv("PATH")
 			if tools == "busybox" {
 				path = busyboxPath(t, "sh", "ls", "rm", "mv", "mkdir", "chmod", "cat")
@@ -58,6 +62,9 @@ func TestInstallScriptPrunes(t *testing.T) {
 				old = append(old, name)
 				p := filepath.Join(dir, name)
 				at := now.Add(-time.Duration(keep+3-i) * time.Hour)
+				if tc.future {
+					at = now.Add(time.Duration(i+1) * time.Hour)
+				}
 				if i == 0 {
 					if err := os.Symlink(outside, p); err != nil {
 						t.Fatal(err)
