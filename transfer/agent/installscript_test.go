@@ -31,18 +31,15 @@ func TestInstallScriptPrunes(t *testing.T) {
 		tools  string
 		future bool // the older builds' times are ahead of the clock
 	}{{"coreutils", false}, {"busybox", false}, {"coreutils", true}} {
-		tools := tc.tools
-		t.Run(fmt.Sprintf("%s/future=%v", tools, tc.future), func(t *testing.T) {
-			path := os.Getenv("PATH")
-			if tools == "busybox" {
-				path = busyboxPath(t, "sh", "ls", "rm", "mv", "mkdir", "chmod", "cat")
-			}
+		t.Run(fmt.Sprintf("%s/future=%v", tc.tools, tc.future), func(t *testing.T) {
 			shell, err := exec.LookPath("sh")
-			if tools == "busybox" {
-				shell = filepath.Join(path, "sh")
-			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			path := os.Getenv("PATH")
+			if tc.tools == "busybox" {
+				path = busyboxPath(t, "sh", "ls", "rm", "mv", "mkdir", "chmod", "cat")
+				shell = filepath.Join(path, "sh")
 			}
 			tmp := t.TempDir()
 			dir := filepath.Join(tmp, ".ferry-"+uidString())
