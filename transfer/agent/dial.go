@@ -123,14 +123,23 @@ const serveScript = `if [ "$3" = serve ]; then for d in "${TMPDIR:-/tmp}"/.ferry
 // outlives a few upgrades would keep a 9 MB agent for each. Once the new
 // build is in place, the script keeps the cacheKeep most recently
 // installed builds (this one among them, whatever the others' times say)
-// and removes the rest with their kept digests. A host still running an older build that was removed
-// installs it again on its next dial; a running agent keeps its open
-// binary. Only names of the cache's own form are touched: rm removes a
-// link named so, never what it points at. The pruning cannot fail the
-// install.
+// and removes the rest with their kept digests. A host still running an
+// older build that was removed installs it again on its next dial; a
+// running agent keeps its open binary. Only names of the cache's own form
+// are touched: rm removes a link named so, never what it points at. The
+// pruning cannot fail the install.
+//
+// A shell ends on a signal without running its EXIT trap, so that an
+// install stopped by ferry (TERM, after a cut relay) or hung up would
+// leave its temporary file, up to the whole binary: the signals exit the
+// script instead, and the EXIT trap removes the file. One killed outright
+// still leaves it; the next install, before its own, removes the
+// temporary files of installs whose process is gone (the PID their name
+// ends in), so that one cut off too does its part.
 const installScript = `set -e; umask 077; mkdir -p "$1"; ` +
 	`if [ ! -O "$1" ]; then echo "$1 belongs to another user" >&2; exit 1; fi; chmod 0700 "$1"; ` +
-	`t="$1/.agent-$2.$$"; trap 'rm -f "$t"' EXIT; ` +
+	`{ for f in "$1"/.agent-*.*; do p=${f##*.}; case $p in ''|*[!0-9]*) continue;; esac; kill -0 "$p" 2>/dev/null || rm -f "$f"; done; } 2>/dev/null || true; ` +
+	`t="$1/.agent-$2.$$"; trap 'rm -f "$t"' EXIT; trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM; ` +
 	`case "$3" in zstd) zstd -dcq >"$t";; gzip) gzip -dc >"$t";; *) cat >"$t";; esac; ` +
 	`chmod 0700 "$t"; mv -f "$t" "$1/agent-$2"; trap - EXIT; ` +
 	`ls -t "$1" 2>/dev/null | { n=1; while IFS= read -r f; do case $f in "agent-$2"|agent-*[!0-9a-f]*) ;; agent-?*) n=$((n+1)); ` +

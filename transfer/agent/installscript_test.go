@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,9 +20,10 @@ import (
 // busybox's applets in a cache holding older builds: it installs the new
 // build, keeps the cacheKeep most recently installed ones (the new one
 // among them, even where the others' times are ahead of the clock) with
-// their kept digests, and removes the older builds and their digests. A link named as a build is removed, not what it points
-// at; names not of the cache's form, the temp files of an install in
-// flight among them, are left alone.
+// their kept digests, and removes the older builds and their digests. A
+// link named as a build is removed, not what it points at; the temporary
+// file of an install whose process is gone is removed, one in flight is
+// not; names not of the cache's form are left alone.
 func TestInstallScriptPrunes(t *testing.T) {
 	keep, err := strconv.Atoi(cacheKeep)
 	if err != nil {
@@ -75,7 +77,15 @@ func TestInstallScriptPrunes(t *testing.T) {
 				}
 				writeAt(t, filepath.Join(dir, "."+name+".digest"), at)
 			}
-			others := []string{"agent-notes.txt", "agent-", ".agent-0123.4567", "README"}
+			// The temporary files of two installs: one whose process
+			// runs (this test's), one whose process is gone.
+			live := fmt.Sprintf(".agent-%024x.%d", 9, os.Getpid())
+			gone := exec.Command("true")
+			if err := gone.Run(); err != nil {
+				t.Fatal(err)
+			}
+			writeAt(t, filepath.Join(dir, fmt.Sprintf(".agent-%024x.%d", 9, gone.Process.Pid)), now)
+			others := []string{"agent-notes.txt", "agent-", live, ".agent-0123.x1", "README"}
 			for _, name := range others {
 				writeAt(t, filepath.Join(dir, name), now.Add(-100*time.Hour))
 			}
@@ -141,4 +151,81 @@ func busyboxPath(t *testing.T, applets ...string) string {
 		}
 	}
 	return dir
+}
+
+// TestInstallScriptStopped stops an install halfway as ferry does after a
+// cut relay (TERM to what the exec started), and hangs one up: neither
+// leaves its temporary file, nor an agent under the name the serve
+// script runs, and each has removed an earlier killed install's file.
+func TestInstallScriptStopped(t *testing.T) {
+	for _, tc := range []struct {
+		tools string
+		sig   syscall.Signal
+	}{{"coreutils", syscall.SIGTERM}, {"busybox", syscall.SIGTERM}, {"coreutils", syscall.SIGHUP}} {
+		t.Run(fmt.Sprintf("%s/%v", tc.tools, tc.sig), func(t *testing.T) {
+			shell, err := exec.LookPath("sh")
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := os.Getenv("PATH")
+			if tc.tools == "busybox" {
+				path = busyboxPath(t, "sh", "ls", "rm", "mv", "mkdir", "chmod", "cat")
+				shell = filepath.Join(path, "sh")
+			}
+			// The temporary file of an install killed outright earlier,
+			// which this one removes before it is stopped in turn.
+			dir := filepath.Join(t.TempDir(), ".ferry-"+uidString())
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			gone := exec.Command("true")
+			if err := gone.Run(); err != nil {
+				t.Fatal(err)
+			}
+			writeAt(t, filepath.Join(dir, fmt.Sprintf(".agent-%024x.%d", 7, gone.Process.Pid)), time.Now())
+			const key = "00000000000000000000eeee"
+			cmd := exec.Command(shell, "-c", installScript, "sh", dir, key, "raw")
+			cmd.Env = []string{"PATH=" + path}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			in, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { in.Close(); cmd.Wait() })
+			if _, err := in.Write(bytes.Repeat([]byte("x"), 4096)); err != nil {
+				t.Fatal(err)
+			}
+			// Halfway: the temporary file holds what was written so far.
+			temp := filepath.Join(dir, fmt.Sprintf(".agent-%s.%d", key, cmd.Process.Pid))
+			for i := 0; ; i++ {
+				if fi, err := os.Stat(temp); err == nil && fi.Size() == 4096 {
+					break
+				}
+				if i == 500 {
+					t.Fatalf("no 4096-byte %s after 5s", temp)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if err := syscall.Kill(-cmd.Process.Pid, tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Wait(); err == nil {
+				t.Fatalf("the stopped install exited 0")
+			}
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ents) != 0 {
+				var names []string
+				for _, e := range ents {
+					names = append(names, e.Name())
+				}
+				t.Errorf("after the stop the cache holds %q, want nothing", names)
+			}
+		})
+	}
 }
