@@ -101,12 +101,15 @@ type Dialled struct {
 // describe the sandbox even when an agent is cached.
 //
 // Serving forks nothing: the cache directory is found by a glob, the
-// .ferry-<uid> that the sandbox's user owns, and the build by its key,
+// .ferry-<uid> that the sandbox's user owns (a uid is digits: the glob
+// passes over the temp dir's other .ferry- names, such as the SSH
+// transport's .ferry-exec- files, 3 ms of tests for 200 of them), and
+// the build by its key,
 // where only the sandbox's own architecture's was ever installed. The
 // `uname` and `id` that name them for the probe line cost three fork
 // and execs, 10 ms and more of every command's start. Which build
 // answers, the host checks by the digest in its hello.
-const serveScript = `if [ "$3" = serve ]; then for d in "${TMPDIR:-/tmp}"/.ferry-*; do for h in "$1" "$2"; do ` +
+const serveScript = `if [ "$3" = serve ]; then for d in "${TMPDIR:-/tmp}"/.ferry-[0-9]*; do for h in "$1" "$2"; do ` +
 	`if [ "$h" != - ] && [ -O "$d" ] && [ -O "$d/agent-$h" ] && [ -x "$d/agent-$h" ]; then exec "$d/agent-$h" serve; fi; ` +
 	`done; done; fi; ` +
 	`m=$(uname -m); s=$(uname -s); d="${TMPDIR:-/tmp}/.ferry-$(id -u)"; ` +

@@ -13,7 +13,9 @@ import (
 // TestServeScript runs the serve script under dash and busybox sh. With a
 // cached agent of either key it execs it with PATH empty, which shows it
 // runs no uname or id; without one, or when asked to probe, it prints the
-// probe line, naming the cache directory .ferry-<uid>.
+// probe line, naming the cache directory .ferry-<uid>. A directory of
+// another name (the SSH transport's .ferry-exec- files share the prefix)
+// is not looked in.
 func TestServeScript(t *testing.T) {
 	type sh struct{ name, bin string }
 	var shells []sh
@@ -37,20 +39,25 @@ func TestServeScript(t *testing.T) {
 		what    string
 		want    string // the agent's key that runs, or "" for the probe
 		foreign bool   // the cache directory is another user's (as root only)
+		dir     string // the cache directory's name, if not .ferry-<uid>
 	}{
-		{"amd64 key", []string{"k1"}, nil, [2]string{"k1", "k2"}, "serve", "k1", false},
-		{"arm64 key", []string{"k2"}, nil, [2]string{"k1", "k2"}, "serve", "k2", false},
-		{"no build for the cached key", []string{"k1"}, nil, [2]string{"-", "k2"}, "serve", "", false},
-		{"not executable", nil, []string{"k1"}, [2]string{"k1", "k2"}, "serve", "", false},
-		{"nothing cached", nil, nil, [2]string{"k1", "k2"}, "serve", "", false},
-		{"probe asked for", []string{"k1"}, nil, [2]string{"k1", "k2"}, "probe", "", false},
-		{"another user's directory", []string{"k1"}, nil, [2]string{"k1", "k2"}, "serve", "", true},
+		{"amd64 key", []string{"k1"}, nil, [2]string{"k1", "k2"}, "serve", "k1", false, ""},
+		{"arm64 key", []string{"k2"}, nil, [2]string{"k1", "k2"}, "serve", "k2", false, ""},
+		{"no build for the cached key", []string{"k1"}, nil, [2]string{"-", "k2"}, "serve", "", false, ""},
+		{"not executable", nil, []string{"k1"}, [2]string{"k1", "k2"}, "serve", "", false, ""},
+		{"nothing cached", nil, nil, [2]string{"k1", "k2"}, "serve", "", false, ""},
+		{"probe asked for", []string{"k1"}, nil, [2]string{"k1", "k2"}, "probe", "", false, ""},
+		{"another user's directory", []string{"k1"}, nil, [2]string{"k1", "k2"}, "serve", "", true, ""},
+		{"not named by a uid", []string{"k1"}, nil, [2]string{"k1", "k2"}, "serve", "", false, ".ferry-exec-" + uidString()},
 	}
 	for _, s := range shells {
 		for _, tt := range tests {
 			t.Run(s.name+"/"+tt.name, func(t *testing.T) {
 				tmp := t.TempDir()
 				dir := filepath.Join(tmp, ".ferry-"+uidString())
+				if tt.dir != "" {
+					dir = filepath.Join(tmp, tt.dir)
+				}
 				if err := os.Mkdir(dir, 0o700); err != nil {
 					t.Fatal(err)
 				}
@@ -99,8 +106,8 @@ func TestServeScript(t *testing.T) {
 					}
 					return
 				}
-				if !strings.HasPrefix(got, "FERRY-PROBE ") || !strings.HasSuffix(got, " "+dir) {
-					t.Fatalf("output %q, want the probe line naming %s", got, dir)
+				if want := filepath.Join(tmp, ".ferry-"+uidString()); !strings.HasPrefix(got, "FERRY-PROBE ") || !strings.HasSuffix(got, " "+want) {
+					t.Fatalf("output %q, want the probe line naming %s", got, want)
 				}
 			})
 		}
