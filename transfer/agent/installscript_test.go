@@ -34,15 +34,7 @@ func TestInstallScriptPrunes(t *testing.T) {
 		future bool // the older builds' times are ahead of the clock
 	}{{"coreutils", false}, {"busybox", false}, {"coreutils", true}} {
 		t.Run(fmt.Sprintf("%s/future=%v", tc.tools, tc.future), func(t *testing.T) {
-			shell, err := exec.LookPath("sh")
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := os.Getenv("PATH")
-			if tc.tools == "busybox" {
-				path = busyboxPath(t, "sh", "ls", "rm", "mv", "mkdir", "chmod", "cat")
-				shell = filepath.Join(path, "sh")
-			}
+			shell, path := scriptShell(t, tc.tools)
 			tmp := t.TempDir()
 			dir := filepath.Join(tmp, ".ferry-"+uidString())
 			if err := os.Mkdir(dir, 0o700); err != nil {
@@ -80,11 +72,7 @@ func TestInstallScriptPrunes(t *testing.T) {
 			// The temporary files of two installs: one whose process
 			// runs (this test's), one whose process is gone.
 			live := fmt.Sprintf(".agent-%024x.%d", 9, os.Getpid())
-			gone := exec.Command("true")
-			if err := gone.Run(); err != nil {
-				t.Fatal(err)
-			}
-			writeAt(t, filepath.Join(dir, fmt.Sprintf(".agent-%024x.%d", 9, gone.Process.Pid)), now)
+			writeAt(t, filepath.Join(dir, fmt.Sprintf(".agent-%024x.%d", 9, deadPID(t))), now)
 			others := []string{"agent-notes.txt", "agent-", live, ".agent-0123.x1", "README"}
 			for _, name := range others {
 				writeAt(t, filepath.Join(dir, name), now.Add(-100*time.Hour))
@@ -126,6 +114,7 @@ func TestInstallScriptPrunes(t *testing.T) {
 	}
 }
 
+// writeAt writes a small file p, executable, modified at at.
 func writeAt(t *testing.T, p string, at time.Time) {
 	t.Helper()
 	if err := os.WriteFile(p, []byte("old"), 0o700); err != nil {
@@ -134,6 +123,31 @@ func writeAt(t *testing.T, p string, at time.Time) {
 	if err := os.Chtimes(p, at, at); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// scriptShell returns the sh to run a script with and its PATH: the
+// system's for tools "coreutils", only busybox's applets for "busybox".
+func scriptShell(t *testing.T, tools string) (shell, path string) {
+	t.Helper()
+	if tools == "busybox" {
+		path = busyboxPath(t, "sh", "ls", "rm", "mv", "mkdir", "chmod", "cat")
+		return filepath.Join(path, "sh"), path
+	}
+	shell, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return shell, os.Getenv("PATH")
+}
+
+// deadPID is the PID of a process that has ended.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	c := exec.Command("true")
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return c.Process.Pid
 }
 
 // busyboxPath returns a directory of busybox's applets named, for a PATH
@@ -163,26 +177,14 @@ func TestInstallScriptStopped(t *testing.T) {
 		sig   syscall.Signal
 	}{{"coreutils", syscall.SIGTERM}, {"busybox", syscall.SIGTERM}, {"coreutils", syscall.SIGHUP}} {
 		t.Run(fmt.Sprintf("%s/%v", tc.tools, tc.sig), func(t *testing.T) {
-			shell, err := exec.LookPath("sh")
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := os.Getenv("PATH")
-			if tc.tools == "busybox" {
-				path = busyboxPath(t, "sh", "ls", "rm", "mv", "mkdir", "chmod", "cat")
-				shell = filepath.Join(path, "sh")
-			}
+			shell, path := scriptShell(t, tc.tools)
 			// The temporary file of an install killed outright earlier,
 			// which this one removes before it is stopped in turn.
 			dir := filepath.Join(t.TempDir(), ".ferry-"+uidString())
 			if err := os.Mkdir(dir, 0o700); err != nil {
 				t.Fatal(err)
 			}
-			gone := exec.Command("true")
-			if err := gone.Run(); err != nil {
-				t.Fatal(err)
-			}
-			writeAt(t, filepath.Join(dir, fmt.Sprintf(".agent-%024x.%d", 7, gone.Process.Pid)), time.Now())
+			writeAt(t, filepath.Join(dir, fmt.Sprintf(".agent-%024x.%d", 7, deadPID(t))), time.Now())
 			const key = "00000000000000000000eeee"
 			cmd := exec.Command(shell, "-c", installScript, "sh", dir, key, "raw")
 			cmd.Env = []string{"PATH=" + path}
