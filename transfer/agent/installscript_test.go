@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
 // TestInstallScriptPrunes runs the install script with coreutils and with
@@ -72,7 +74,7 @@ func TestInstallScriptPrunes(t *testing.T) {
 			// The temporary files of two installs: one whose process
 			// runs (this test's), one whose process is gone.
 			live := fmt.Sprintf(".agent-%024x.%d", 9, os.Getpid())
-			writeAt(t, filepath.Join(dir, fmt.Sprintf(".agent-%024x.%d", 9, deadPID(t))), now)
+			writeAt(t, filepath.Join(dir, fmt.Sprintf(".agent-%024x.%d", 9, transfertest.DeadPID(t))), now)
 			others := []string{"agent-notes.txt", "agent-", live, ".agent-0123.x1", "README"}
 			for _, name := range others {
 				writeAt(t, filepath.Join(dir, name), now.Add(-100*time.Hour))
@@ -140,16 +142,6 @@ func scriptShell(t *testing.T, tools string) (shell, path string) {
 	return shell, os.Getenv("PATH")
 }
 
-// deadPID is the PID of a process that has ended.
-func deadPID(t *testing.T) int {
-	t.Helper()
-	c := exec.Command("true")
-	if err := c.Run(); err != nil {
-		t.Fatal(err)
-	}
-	return c.Process.Pid
-}
-
 // busyboxPath returns a directory of busybox's applets named, for a PATH
 // of only those.
 func busyboxPath(t *testing.T, applets ...string) string {
@@ -184,7 +176,7 @@ func TestInstallScriptStopped(t *testing.T) {
 			if err := os.Mkdir(dir, 0o700); err != nil {
 				t.Fatal(err)
 			}
-			writeAt(t, filepath.Join(dir, fmt.Sprintf(".agent-%024x.%d", 7, deadPID(t))), time.Now())
+			writeAt(t, filepath.Join(dir, fmt.Sprintf(".agent-%024x.%d", 7, transfertest.DeadPID(t))), time.Now())
 			const key = "00000000000000000000eeee"
 			cmd := exec.Command(shell, "-c", installScript, "sh", dir, key, "raw")
 			cmd.Env = []string{"PATH=" + path}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/ferry-dev/ferry/transfer/archive"
+	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
 // gateReader hands out data up to at bytes, then signals staged and
@@ -221,7 +222,7 @@ func TestStaleStagingLookalikes(t *testing.T) {
 	mustWrite(t, filepath.Join(parent, ".ferry-up-cc04", "pid"), "1\n") // POSIX mode's, not Extract's
 	// Under a first name: gone when its pid is (one this test ran and
 	// reaped), kept while it lives or when the pid is not one.
-	dead := deadPid(t)
+	dead := transfertest.DeadPID(t)
 	mustWrite(t, filepath.Join(p("aa05."+strconv.Itoa(dead)), "lock"), "")       // killed before it wrote its marker
 	mustWrite(t, filepath.Join(p("ab11."+strconv.Itoa(dead)), "tree", "f"), "f") // holding what no first name holds
 	mustWrite(t, filepath.Join(p("ab08."+strconv.Itoa(os.Getpid())), "lock"), marker)
@@ -250,16 +251,6 @@ func TestStaleStagingLookalikes(t *testing.T) {
 	if got := names(t, filepath.Join(outside, "victim")); !slices.Equal(got, []string{"lock"}) {
 		t.Fatalf("the symlink's target holds %q", got)
 	}
-}
-
-// deadPid is the pid of a process this test ran and reaped.
-func deadPid(t *testing.T) int {
-	t.Helper()
-	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	return cmd.Process.Pid
 }
 
 // TestRemoveStagingWaits: RemoveStaging of a live staging directory waits
@@ -298,7 +289,7 @@ func TestRemoveStagingWaits(t *testing.T) {
 	stale := filepath.Join(parent, archive.StagingPrefix+"0abc")
 	mustWrite(t, filepath.Join(stale, "lock"), "ferry staging directory\n")
 	// And what an owner killed before its rename left of the same name.
-	mustWrite(t, filepath.Join(stale+"."+strconv.Itoa(deadPid(t)), "lock"), "ferry staging directory\n")
+	mustWrite(t, filepath.Join(stale+"."+strconv.Itoa(transfertest.DeadPID(t)), "lock"), "ferry staging directory\n")
 	if err := archive.RemoveStaging(context.Background(), stale); err != nil {
 		t.Fatal(err)
 	}

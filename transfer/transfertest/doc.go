@@ -4,4 +4,6 @@
 // non-ASCII and long names, deep paths, zero-byte and big files), EqualTrees
 // and Compare check that two trees are the same, and CheckSafe checks the
 // promises of an extracted tree (nothing special, no setuid, no symlink out).
+// DeadPID names a process that is gone, for the stale-owner checks of
+// staging directories and of the agent's interrupted installs.
 package transfertest
