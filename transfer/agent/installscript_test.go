@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/ferry-dev/ferry/transfer/transfertest"
 )
 
@@ -62,8 +60,7 @@ func TestInstallScriptPrunes(t *testing.T) {
 					if err := os.Symlink(outside, p); err != nil {
 						t.Fatal(err)
 					}
-					tv := []unix.Timeval{unix.NsecToTimeval(at.UnixNano()), unix.NsecToTimeval(at.UnixNano())}
-					if err := unix.Lutimes(p, tv); err != nil {
+					if err := transfertest.Lchtimes(p, at); err != nil {
 						t.Fatal(err)
 					}
 				} else {

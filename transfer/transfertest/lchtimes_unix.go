@@ -8,7 +8,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func lchtimes(path string, mtime time.Time) error {
+// Lchtimes sets the mtime (and atime) of path itself, not of what a
+// symlink at path points at.
+func Lchtimes(path string, mtime time.Time) error {
 	// atime too: UTIME_OMIT is not defined everywhere, and nothing reads
 	// a symlink's atime.
 	t := unix.Timespec{Sec: mtime.Unix(), Nsec: int64(mtime.Nanosecond())}

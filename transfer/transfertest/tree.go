@@ -264,7 +264,7 @@ func (g *gen) symlinks() {
 		}
 		link := join(dir, name)
 		g.must(os.Symlink(target, g.abs(link)))
-		g.must(lchtimes(g.abs(link), g.randTime()))
+		g.must(Lchtimes(g.abs(link), g.randTime()))
 		g.links = append(g.links, link)
 		g.tree.Symlinks++
 	}
