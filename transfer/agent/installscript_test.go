@@ -220,3 +220,67 @@ func TestInstallScriptStopped(t *testing.T) {
 		})
 	}
 }
+
+// TestInstallScriptUnremovable: what the pruning cannot remove (a
+// directory under an old build's name, or under a gone install's
+// temporary name, as a hostile sandbox could make) neither fails the
+// install nor stops the pruning of the rest.
+func TestInstallScriptUnremovable(t *testing.T) {
+	for _, tools := range []string{"coreutils", "busybox"} {
+		t.Run(tools, func(t *testing.T) {
+			shell, path := scriptShell(t, tools)
+			tmp := t.TempDir()
+			dir := filepath.Join(tmp, ".ferry-"+uidString())
+			now := time.Now()
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			// Five older builds, an hour apart, and a directory under a
+			// build's name between the second and third oldest: the two
+			// oldest must go after the directory would not.
+			for i := 1; i <= 5; i++ {
+				writeAt(t, filepath.Join(dir, fmt.Sprintf("agent-%024x", i)), now.Add(-time.Duration(7-i)*time.Hour))
+			}
+			blocker := filepath.Join(dir, fmt.Sprintf("agent-%024x", 0))
+			if err := os.Mkdir(blocker, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			writeAt(t, filepath.Join(blocker, "x"), now)
+			if at := now.Add(-270 * time.Minute); os.Chtimes(blocker, at, at) != nil {
+				t.Fatal("date the directory")
+			}
+			temp := filepath.Join(dir, fmt.Sprintf(".agent-%024x.%d", 9, transfertest.DeadPID(t)))
+			gone := filepath.Join(dir, fmt.Sprintf(".agent-%024x.%d", 8, transfertest.DeadPID(t)))
+			writeAt(t, gone, now)
+			if err := os.Mkdir(temp, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			writeAt(t, filepath.Join(temp, "x"), now)
+
+			const key = "00000000000000000000dddd"
+			cmd := exec.Command(shell, "-c", installScript, "sh", dir, key, "raw")
+			cmd.Env = []string{"PATH=" + path}
+			cmd.Stdin = strings.NewReader("#!/bin/sh\n")
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("install: %v, stderr %q", err, stderr.String())
+			}
+			got, _ := filepath.Glob(filepath.Join(dir, "agent-*"))
+			want := []string{blocker, filepath.Join(dir, "agent-"+key)}
+			for i := 3; i <= 5; i++ {
+				want = append(want, filepath.Join(dir, fmt.Sprintf("agent-%024x", i)))
+			}
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("cached builds\n%q\nwant\n%q", got, want)
+			}
+			if _, err := os.Stat(temp); err != nil {
+				t.Errorf("the directory under a temporary name: %v, want it left", err)
+			}
+			if _, err := os.Stat(gone); !os.IsNotExist(err) {
+				t.Errorf("a gone install's temporary file beside it: %v, want it removed", err)
+			}
+		})
+	}
+}
