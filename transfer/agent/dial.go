@@ -103,8 +103,8 @@ type Dialled struct {
 // Serving forks nothing: the cache directory is found by a glob, the
 // .ferry-<uid> that the sandbox's user owns (a uid is digits: the glob
 // passes over the temp dir's other .ferry- names, such as the SSH
-// transport's .ferry-exec- files, 3 ms of tests for 200 of them), and
-// the build by its key,
+// transport's .ferry-exec- files, whose tests cost 3 ms a start with 200
+// of them), and the build by its key,
 // where only the sandbox's own architecture's was ever installed. The
 // `uname` and `id` that name them for the probe line cost three fork
 // and execs, 10 ms and more of every command's start. Which build
